@@ -1,0 +1,1 @@
+"""simkit capture (being written)."""

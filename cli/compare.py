@@ -1,0 +1,1 @@
+"""simkit compare (being written)."""

@@ -1,0 +1,1 @@
+"""simkit convert (being written)."""

@@ -1,0 +1,1 @@
+"""simkit layers (being written)."""

@@ -1,0 +1,31 @@
+"""The one exception type for bad input.
+
+Anything a user can fix (an unknown layer, a bad spec, mismatched sample counts) raises
+:class:`SimkitError` with a one-line message naming the problem and the fix. The CLI prints it on
+stderr and exits with code 2; any other exception is an internal error (exit code 1).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class SimkitError(ValueError):
+    """Bad input: the message is shown to the user as one line, without a traceback."""
+
+
+def closest(name: str, candidates: Iterable[str], n: int = 5) -> list[str]:
+    """The candidates that look most like ``name`` (best first), for "did you mean" hints."""
+    pool = list(candidates)
+    found = difflib.get_close_matches(name, pool, n=n, cutoff=0.4)
+    if not found:  # fall back to substring matches, then to the first few names
+        found = [c for c in pool if name.lower() in c.lower()][:n] or pool[:n]
+    return found
+
+
+def unknown_name_error(kind: str, name: str, candidates: Iterable[str], hint: str = "") -> SimkitError:
+    """A SimkitError for an unknown ``kind`` called ``name``, listing the closest valid names."""
+    near = ", ".join(closest(name, candidates))
+    tail = f"; {hint}" if hint else ""
+    return SimkitError(f"unknown {kind} {name!r}; closest: {near}{tail}")

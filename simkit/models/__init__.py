@@ -1,0 +1,1 @@
+"""simkit.models."""

@@ -1,0 +1,51 @@
+"""What every run directory records about how it was made: command, versions, seeds, timings."""
+
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any
+
+
+def versions() -> dict[str, str]:
+    """Versions of Python and of the packages that shape the numbers."""
+    import numpy
+    import torch
+
+    import simkit
+
+    out = {"python": platform.python_version(), "simkit": simkit.__version__,
+           "torch": torch.__version__, "numpy": numpy.__version__}
+    for name in ("torchvision", "timm", "transformers", "pandas"):
+        module = sys.modules.get(name)
+        if module is not None:
+            out[name] = getattr(module, "__version__", "?")
+    return out
+
+
+def run_meta(**fields: Any) -> dict[str, Any]:
+    """The standard ``meta`` block of a result: the command line, versions, time, plus ``fields``."""
+    return {
+        "command": list(sys.argv),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "versions": versions(),
+        **fields,
+    }
+
+
+class Timer:
+    """Collects named wall-clock durations in seconds: ``with timer("forward"): ...``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start

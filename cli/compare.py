@@ -1,1 +1,106 @@
-"""simkit compare (being written)."""
+"""`simkit compare`: two models (or two activation caches, or a list of caches) → similarity report."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from simkit.cli.common import (
+    DeviceOpt,
+    NoReportOpt,
+    NOpt,
+    SeedOpt,
+    TrustOpt,
+    command,
+    finish,
+    split_list,
+)
+from simkit.errors import SimkitError
+
+
+class Mode(str, Enum):
+    exact = "exact"
+    minibatch = "minibatch"
+
+
+class Reduce(str, Enum):
+    flatten = "flatten"
+    mean = "mean"
+    cls = "cls"
+    last = "last"
+
+
+@command("compare", help=(
+    "Compare every chosen layer of model A with every chosen layer of model B.\n\n"
+    "MODELS are two model specs (torchvision:resnet18, timm:NAME, hf:DIR, file:PATH, "
+    "python:pkg.mod:fn, simkit:cnn1d), two cache directories written by `simkit capture`, or three "
+    "or more caches for a model × model study. Writes similarity.csv, result.json and report.html "
+    "to --out."))
+def compare_command(
+    models: Annotated[list[str], typer.Argument(help="Two model specs, or two or more cache dirs.")],
+    out: Annotated[Path, typer.Option("--out", help="Run directory to write (created if missing).")],
+    data: Annotated[str | None, typer.Option("--data", help="Data spec (needed for models, not caches).")] = None,
+    n: NOpt = None,
+    layers_a: Annotated[str, typer.Option("--layers-a", help="Layers of A: names, globs, type:Class, blocks.")] = "blocks",
+    layers_b: Annotated[str, typer.Option("--layers-b", help="Layers of B: names, globs, type:Class, blocks.")] = "blocks",
+    metric: Annotated[list[str] | None, typer.Option(
+        "--metric", help="Repeatable, comma lists: linear_cka, unbiased_cka, rbf_cka, mutual_knn.")] = None,
+    mode: Annotated[Mode, typer.Option("--mode", help="exact (full-data value) or minibatch (Nguyen et al.).")] = Mode.minibatch,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Samples per batch.")] = 64,
+    reduce: Annotated[Reduce, typer.Option("--reduce", help="How a layer's output becomes a vector per sample.")] = Reduce.flatten,
+    null: Annotated[int, typer.Option("--null", help="Permutations for a null distribution (0 = none).")] = 0,
+    pairing: Annotated[str, typer.Option(
+        "--pairing", help="Study of caches: which layers to pair (last, or LAYER_A=LAYER_B).")] = "last",
+    output_index: Annotated[str | None, typer.Option(
+        "--output-index", help="For tuple/dict outputs: which element to capture (index or key).")] = None,
+    weights_a: Annotated[Path | None, typer.Option("--weights-a", help="Local weights file for A.")] = None,
+    weights_b: Annotated[Path | None, typer.Option("--weights-b", help="Local weights file for B.")] = None,
+    seed: SeedOpt = 0,
+    device: DeviceOpt = "cpu",
+    trust: TrustOpt = False,
+    no_report: NoReportOpt = False,
+) -> None:
+    from simkit import distributed
+    from simkit.cache import is_cache
+
+    metrics = split_list(metric) or ["linear_cka", "unbiased_cka"]
+    distributed.init_if_launched(device)
+    caches = [m for m in models if is_cache(m)]
+    if caches and len(caches) != len(models):
+        raise SimkitError("mix of cache directories and model specs; pass two model specs or only caches")
+    if len(models) < 2:
+        raise SimkitError(f"compare needs two models (or two or more caches), got {len(models)}")
+    common = dict(metrics=metrics, mode=mode.value, batch_size=batch_size, n=n, null=null, seed=seed,
+                  progress=True)
+    if caches:
+        from simkit.cache import compare_caches
+        from simkit.study import run_study
+
+        if len(caches) == 2:
+            result = compare_caches(caches[0], caches[1], layers_a=layers_a, layers_b=layers_b, **common)
+        else:
+            result = run_study(caches, pairing=pairing, **common)
+        finish(result, out, no_report)
+        return
+    if len(models) != 2:
+        raise SimkitError(f"compare takes exactly two model specs, got {len(models)}; a study needs caches "
+                          "(write them with `simkit capture`)")
+    if data is None:
+        raise SimkitError("--data is required when comparing models, e.g. --data synthetic:3x64x64")
+    from simkit.comparison import compare
+    from simkit.data import load_data
+    from simkit.models import load_model
+
+    dataset = load_data(data, n=n, seed=seed)
+    model_a = load_model(models[0], seed=seed, trust=trust, weights=str(weights_a) if weights_a else None)
+    model_b = load_model(models[1], seed=seed + 1, trust=trust,
+                         weights=str(weights_b) if weights_b else None)
+    index = int(output_index) if output_index is not None and output_index.isdigit() else output_index
+    result = compare(model_a, model_b, dataset, layers_a=layers_a, layers_b=layers_b, reduce=reduce.value,
+                     device=device, output_index=index, names=(models[0], models[1]), data_name=data,
+                     **common)
+    result.meta["seeds"] = {"model_a": seed, "model_b": seed + 1, "data": seed}
+    finish(result, out, no_report)

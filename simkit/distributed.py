@@ -51,3 +51,12 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
 def barrier() -> None:
     if is_distributed():
         dist.barrier()
+
+
+def all_gather_objects(obj):
+    """Every rank's ``obj`` (picklable), in rank order; ``[obj]`` in one process."""
+    if not is_distributed():
+        return [obj]
+    out = [None] * world_size()
+    dist.all_gather_object(out, obj)
+    return out

@@ -1,0 +1,104 @@
+"""Turn what users pass as data into a stream of input batches.
+
+Accepted: a Tensor (first axis = samples), a dict of tensors (tokenised text), a
+``simkit.data.Dataset``, or any iterable of batches (a DataLoader yielding tensors, ``(x, y)``
+tuples or dicts). Batches are defined globally (batch ``i`` holds the same samples whatever the number
+of processes); under torchrun each rank takes every ``world_size``-th batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+
+from simkit.errors import SimkitError
+
+Batch = torch.Tensor | dict[str, torch.Tensor]
+
+
+def batch_rows(batch: Batch) -> int:
+    """Number of samples in one batch (first axis)."""
+    if isinstance(batch, dict):
+        return int(next(iter(batch.values())).shape[0])
+    return int(batch.shape[0])
+
+
+def _inputs_of(item: Any) -> Batch:
+    """The model inputs of one item yielded by a user's iterable: x, (x, y, ...) or a dict."""
+    if isinstance(item, torch.Tensor | dict):
+        return item
+    if isinstance(item, list | tuple) and item and isinstance(item[0], torch.Tensor | dict):
+        return item[0]
+    raise SimkitError(f"cannot read a batch of type {type(item).__name__}; pass a Tensor, a dict of "
+                      "tensors, a simkit Dataset or an iterable yielding tensors or (inputs, labels)")
+
+
+def _slice(inputs: Batch, start: int, stop: int) -> Batch:
+    if isinstance(inputs, dict):
+        return {key: value[start:stop] for key, value in inputs.items()}
+    return inputs[start:stop]
+
+
+def count_rows(data: Any) -> int | None:
+    """The number of samples when known without iterating, else None."""
+    inputs = getattr(data, "inputs", data)
+    if isinstance(inputs, torch.Tensor | dict):
+        return batch_rows(inputs)
+    return None
+
+
+def iter_batches(data: Any, batch_size: int, n: int | None = None, *, rank: int = 0,
+                 world_size: int = 1) -> Iterator[Batch]:
+    """Yield this rank's input batches of at most ``batch_size`` rows, ``n`` samples in all at most.
+
+    data: Tensor (N, ...), dict of (N, ...) tensors, Dataset, or an iterable of batches.
+    """
+    if batch_size < 1:
+        raise SimkitError(f"batch size must be at least 1, got {batch_size}")
+    inputs = getattr(data, "inputs", data)  # a simkit Dataset holds its tensors in .inputs
+    if isinstance(inputs, torch.Tensor | dict):
+        total = batch_rows(inputs) if n is None else min(n, batch_rows(inputs))
+        for index, start in enumerate(range(0, total, batch_size)):
+            if index % world_size == rank:
+                yield _slice(inputs, start, min(start + batch_size, total))
+        return
+    if not isinstance(data, Iterable):
+        raise SimkitError(f"data of type {type(data).__name__} is not iterable; pass a Tensor, a "
+                          "Dataset or a DataLoader")
+    yield from _rebatch((_inputs_of(item) for item in data), batch_size, n, rank, world_size)
+
+
+def _rebatch(stream: Iterable[Batch], batch_size: int, n: int | None, rank: int,
+             world_size: int) -> Iterator[Batch]:
+    """Cut a stream of arbitrary-size batches into global batches of ``batch_size`` rows."""
+    pending: list[Batch] = []
+    pending_rows = 0
+    seen = 0
+    index = 0
+
+    def emit(parts: list[Batch]) -> Batch:
+        if isinstance(parts[0], dict):
+            return {key: torch.cat([p[key] for p in parts]) for key in parts[0]}
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+    for batch in stream:
+        rows = batch_rows(batch)
+        if n is not None and seen + rows > n:
+            batch, rows = _slice(batch, 0, n - seen), n - seen
+        seen += rows
+        while rows:
+            take = min(rows, batch_size - pending_rows)
+            pending.append(_slice(batch, 0, take))
+            pending_rows += take
+            batch, rows = _slice(batch, take, rows), rows - take
+            if pending_rows == batch_size:
+                if index % world_size == rank:
+                    yield emit(pending)
+                index += 1
+                pending, pending_rows = [], 0
+        if n is not None and seen >= n:
+            break
+    if pending and index % world_size == rank:
+        yield emit(pending)

@@ -1,1 +1,38 @@
-"""simkit capture (being written)."""
+"""`simkit capture`: write a model's layer activations once, to compare later without the model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from simkit.cli.common import DataOpt, DeviceOpt, NOpt, SeedOpt, TrustOpt, command
+
+
+@command("capture", help=(
+    "Run MODEL over the data once and write the chosen layers' activations to --out as safetensors "
+    "shards plus manifest.json. Compare two caches with `simkit compare DIR_A DIR_B`, or three or "
+    "more for a model × model study."))
+def capture_command(
+    model: Annotated[str, typer.Argument(help="Model spec, e.g. torchvision:resnet18.")],
+    out: Annotated[Path, typer.Option("--out", help="Cache directory to write.")],
+    data: DataOpt = "synthetic:3x64x64",
+    n: NOpt = None,
+    layers: Annotated[str, typer.Option("--layers", help="Names, globs, type:Class, presets (blocks).")] = "blocks",
+    reduce: Annotated[str, typer.Option("--reduce", help="flatten, mean, cls or last.")] = "flatten",
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Samples per forward pass.")] = 64,
+    weights: Annotated[Path | None, typer.Option("--weights", help="Local weights file.")] = None,
+    seed: SeedOpt = 0,
+    device: DeviceOpt = "cpu",
+    trust: TrustOpt = False,
+) -> None:
+    from simkit.cache import capture_to_cache
+    from simkit.data import load_data
+    from simkit.models import load_model
+
+    dataset = load_data(data, n=n, seed=seed)
+    module = load_model(model, seed=seed, trust=trust, weights=str(weights) if weights else None)
+    path = capture_to_cache(module, dataset, out, layers=layers, reduce=reduce, batch_size=batch_size,
+                            n=n, device=device, model_name=model, data_name=data, seed=seed)
+    typer.echo(f"wrote {path / 'manifest.json'}", err=True)

@@ -67,10 +67,10 @@ def iter_batches(data: Any, batch_size: int, n: int | None = None, *, rank: int 
     if not isinstance(data, Iterable):
         raise SimkitError(f"data of type {type(data).__name__} is not iterable; pass a Tensor, a "
                           "Dataset or a DataLoader")
-    yield from _rebatch((_inputs_of(item) for item in data), batch_size, n, rank, world_size)
+    yield from rebatch((_inputs_of(item) for item in data), batch_size, n, rank, world_size)
 
 
-def _rebatch(stream: Iterable[Batch], batch_size: int, n: int | None, rank: int,
+def rebatch(stream: Iterable[Batch], batch_size: int, n: int | None, rank: int,
              world_size: int) -> Iterator[Batch]:
     """Cut a stream of arbitrary-size batches into global batches of ``batch_size`` rows."""
     pending: list[Batch] = []

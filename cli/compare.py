@@ -10,8 +10,8 @@ import typer
 
 from simkit.cli.common import (
     DeviceOpt,
-    NoReportOpt,
     NOpt,
+    NoReportOpt,
     SeedOpt,
     TrustOpt,
     command,

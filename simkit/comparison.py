@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +89,13 @@ def _float_dtype(model: nn.Module) -> torch.dtype | None:
     return None
 
 
+def describe_batch(batch: Batch) -> str:
+    """``(32, 1, 40)`` or ``{input_ids: (8, 16), ...}`` for error messages."""
+    if isinstance(batch, dict):
+        return "{" + ", ".join(f"{k}: {tuple(v.shape)}" for k, v in batch.items()) + "}"
+    return str(tuple(batch.shape))
+
+
 def run_model(model: nn.Module, batch: Batch) -> Any:
     """Call ``model`` on one batch: a dict becomes keyword arguments."""
     return model(**batch) if isinstance(batch, dict) else model(batch)
@@ -141,7 +148,14 @@ class Tap:
         """One (b, d) tensor per chosen layer, in selection order."""
         start = time.perf_counter()
         with torch.no_grad():
-            run_model(self.model, _to_device(batch, self.device, self.dtype))
+            try:
+                run_model(self.model, _to_device(batch, self.device, self.dtype))
+            except (RuntimeError, TypeError, ValueError) as exc:
+                with suppress(SimkitError):  # drop what the partial forward captured
+                    self.capture.pop()
+                first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise SimkitError(f"model {self.label} failed on inputs of shape {describe_batch(batch)}: "
+                                  f"{first_line}; check that --data matches the model's input") from exc
         self.forward_seconds += time.perf_counter() - start
         acts = self.capture.pop()
         _check_finite(acts, self.label)

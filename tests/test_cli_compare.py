@@ -1,0 +1,106 @@
+"""`simkit compare` and `simkit capture` end to end, through the CLI, including every bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import simkit.cli.main  # noqa: F401  (registers the commands)
+from simkit.cli.common import app
+
+MLP_A = "simkit:mlp:in_features=40,hidden=16,depth=3"
+MLP_B = "simkit:mlp:in_features=40,hidden=12,depth=2"
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_compare_writes_the_run_directory(tmp_path):
+    out = tmp_path / "run"
+    result = invoke("compare", MLP_A, MLP_B, "--data", "mnist1d", "--n", "64", "--null", "2",
+                    "--metric", "linear_cka", "--metric", "unbiased_cka,mutual_knn", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(out / "similarity.csv")
+    assert list(frame.columns) == ["layer_a", "layer_b", "metric", "value", "null_mean", "null_p95"]
+    assert set(frame["metric"]) == {"linear_cka", "unbiased_cka", "mutual_knn"}
+    data = json.loads((out / "result.json").read_text())
+    assert data["kind"] == "compare"
+    for key in ("model_a", "model_b", "data", "n", "mode", "metrics", "n_layers_a", "n_layers_b"):
+        assert key in data["summary"]
+    assert data["summary"]["n"] == 64 and data["summary"]["model_a"] == MLP_A
+    assert data["meta"]["versions"]["torch"] and data["meta"]["command"]
+    html = (out / "report.html").read_text()
+    assert "<svg" in html and "linear_cka" in html
+    assert not list(out.glob(".*.tmp"))
+
+
+def test_no_report_skips_the_html(tmp_path):
+    result = invoke("compare", MLP_A, MLP_B, "--data", "mnist1d", "--n", "32", "--no-report", "--out",
+                    str(tmp_path / "run"))
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "run" / "result.json").is_file() and not (tmp_path / "run" / "report.html").exists()
+
+
+def test_capture_then_compare_caches_equals_direct(tmp_path):
+    common = ["--data", "mnist1d", "--n", "96", "--batch-size", "32"]
+    for name, spec, seed in (("a", MLP_A, "0"), ("b", MLP_B, "1")):
+        done = invoke("capture", spec, *common, "--seed", seed, "--out", str(tmp_path / name))
+        assert done.exit_code == 0, done.output
+    assert invoke("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--batch-size", "32", "--no-report",
+                  "--out", str(tmp_path / "cached")).exit_code == 0
+    assert invoke("compare", MLP_A, MLP_B, *common, "--no-report", "--out", str(tmp_path / "direct")).exit_code == 0
+    cached = pd.read_csv(tmp_path / "cached" / "similarity.csv")
+    direct = pd.read_csv(tmp_path / "direct" / "similarity.csv")
+    np.testing.assert_allclose(cached["value"], direct["value"], atol=1e-12, rtol=0)
+
+
+@pytest.fixture
+def nan_data(tmp_path):
+    x = np.random.default_rng(0).normal(size=(16, 1, 40)).astype(np.float32)
+    x[3, 0, 5] = np.nan
+    np.save(tmp_path / "x.npy", x)
+    return f"npy:{tmp_path / 'x.npy'}"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--metric", "cosine"], "unknown metric 'cosine'"),
+    (["--layers-a", "blocks.9"], "simkit layers"),
+    (["--n", "3", "--metric", "unbiased_cka"], "at least 4 samples"),
+    (["--mode", "fast"], "fast"),
+    (["--data", "nosuchdata"], "nosuchdata"),
+], ids=["metric", "layer", "few-samples", "mode", "data"])
+def test_bad_input_exits_2_with_one_line(tmp_path, args, message):
+    base = ["compare", MLP_A, MLP_B, "--data", "mnist1d", "--n", "32", "--out", str(tmp_path / "run")]
+    result = invoke(*base, *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "run" / "result.json").exists()
+
+
+def test_unknown_model_spec(tmp_path):
+    result = invoke("compare", "torchvision:resnet_18", MLP_B, "--data", "mnist1d", "--out", str(tmp_path / "r"))
+    assert result.exit_code == 2 and "resnet18" in result.output
+
+
+def test_missing_data_for_models(tmp_path):
+    result = invoke("compare", MLP_A, MLP_B, "--out", str(tmp_path / "r"))
+    assert result.exit_code == 2 and "--data is required" in result.output
+
+
+def test_non_finite_activations_name_model_and_layer(tmp_path, nan_data):
+    result = invoke("compare", MLP_A, MLP_B, "--data", nan_data, "--out", str(tmp_path / "r"))
+    assert result.exit_code == 2
+    assert "non-finite" in result.output and MLP_A in result.output
+
+
+def test_data_that_does_not_fit_the_model(tmp_path):
+    result = invoke("compare", MLP_A, MLP_B, "--data", "digits", "--n", "32", "--out", str(tmp_path / "r"))
+    assert result.exit_code == 2
+    assert "failed on inputs of shape (32, 1, 8, 8)" in result.output and "--data" in result.output

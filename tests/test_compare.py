@@ -1,0 +1,182 @@
+"""The comparison engine against float64 numpy references, over every accepted data form."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from simkit import SimkitError
+from simkit.comparison import compare
+
+
+def reference_linear_cka(x: np.ndarray, y: np.ndarray) -> float:
+    """Biased linear CKA from the Gram definition with an explicit centring matrix."""
+    n = x.shape[0]
+    h = np.eye(n) - np.ones((n, n)) / n
+    k, l_ = x @ x.T, y @ y.T
+    hsic = lambda a, b: np.trace(a @ h @ b @ h)  # noqa: E731
+    return hsic(k, l_) / np.sqrt(hsic(k, k) * hsic(l_, l_))
+
+
+def reference_hsic1(k: np.ndarray, l_: np.ndarray) -> float:
+    """Song et al.'s unbiased HSIC_1 by its explicit formula."""
+    n = k.shape[0]
+    k, l_ = k.copy(), l_.copy()
+    np.fill_diagonal(k, 0)
+    np.fill_diagonal(l_, 0)
+    one = np.ones(n)
+    return (np.trace(k @ l_) + (one @ k @ one) * (one @ l_ @ one) / ((n - 1) * (n - 2))
+            - 2 / (n - 2) * one @ k @ l_ @ one) / (n * (n - 3))
+
+
+def reference_minibatch_cka(x: np.ndarray, y: np.ndarray, batch: int) -> float:
+    """Nguyen et al.: average the three HSIC_1 streams over minibatches, then take the ratio."""
+    xy = xx = yy = 0.0
+    for start in range(0, x.shape[0], batch):
+        xb, yb = x[start:start + batch], y[start:start + batch]
+        k, l_ = xb @ xb.T, yb @ yb.T
+        xy += reference_hsic1(k, l_)
+        xx += reference_hsic1(k, k)
+        yy += reference_hsic1(l_, l_)
+    return xy / np.sqrt(xx * yy)
+
+
+def tiny_models(seed: int = 0) -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(seed)
+    a = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 5), nn.Tanh(), nn.Linear(5, 3)).double()
+    b = nn.Sequential(nn.Linear(6, 7), nn.ReLU(), nn.Linear(7, 4)).double()
+    return a, b
+
+
+def manual_activations(model: nn.Sequential, x: torch.Tensor, names: list[str]) -> dict[str, np.ndarray]:
+    out, h = {}, x
+    with torch.no_grad():
+        for name, module in model.named_children():
+            h = module(h)
+            if name in names:
+                out[name] = h.numpy().copy()
+    return out
+
+
+@pytest.fixture
+def data() -> torch.Tensor:
+    return torch.randn(48, 6, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+
+
+def test_exact_mode_equals_reference_whatever_the_batch_size(data):
+    a, b = tiny_models()
+    layers_a, layers_b = ["1", "3", "4"], ["1", "2"]
+    acts_a, acts_b = manual_activations(a, data, layers_a), manual_activations(b, data, layers_b)
+    for batch_size in (5, 16, 48):
+        result = compare(a, b, data, layers_a=layers_a, layers_b=layers_b, metrics=["linear_cka"],
+                         mode="exact", batch_size=batch_size, progress=False)
+        matrix = result.matrix("linear_cka")
+        for la in layers_a:
+            for lb in layers_b:
+                assert matrix.loc[la, lb] == pytest.approx(reference_linear_cka(acts_a[la], acts_b[lb]), abs=1e-10)
+
+
+def test_minibatch_mode_equals_nguyen_reference(data):
+    a, b = tiny_models()
+    result = compare(a, b, data, layers_a=["1", "3"], layers_b=["2"], metrics=["unbiased_cka"],
+                     mode="minibatch", batch_size=12, progress=False)
+    acts_a, acts_b = manual_activations(a, data, ["1", "3"]), manual_activations(b, data, ["2"])
+    for la in ("1", "3"):
+        expected = reference_minibatch_cka(acts_a[la], acts_b["2"], 12)
+        assert result.matrix("unbiased_cka").loc[la, "2"] == pytest.approx(expected, abs=1e-10)
+
+
+def test_every_data_form_gives_the_same_numbers(data):
+    from simkit.data import Dataset
+
+    a, b = tiny_models()
+    kwargs = dict(layers_a=["1", "3"], layers_b=["1"], metrics=["linear_cka", "unbiased_cka"],
+                  mode="minibatch", batch_size=8, progress=False)
+    expected = compare(a, b, data, **kwargs).to_frame()
+    labels = torch.zeros(len(data), dtype=torch.long)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data, labels), batch_size=5)
+    dataset = Dataset(inputs=data, labels=labels, spec="test")
+    for form in (loader, dataset, [(data[:20], labels[:20]), (data[20:], labels[20:])]):
+        got = compare(a, b, form, **kwargs).to_frame()
+        np.testing.assert_allclose(got["value"], expected["value"], rtol=0, atol=1e-12)
+
+
+def test_n_caps_the_samples(data):
+    a, b = tiny_models()
+    result = compare(a, b, data, layers_a=["1"], layers_b=["1"], n=20, progress=False)
+    assert result.summary["n"] == 20
+
+
+def test_hooks_removed_and_modes_restored(data):
+    a, b = tiny_models()
+    a.train()
+    b.eval()
+    compare(a, b, data, layers_a=["1"], layers_b=["1"], progress=False)
+    assert a.training and not b.training
+    for model in (a, b):
+        assert all(not m._forward_hooks for m in model.modules())
+
+
+def test_hooks_removed_after_an_error():
+    a, b = tiny_models()
+    bad = torch.full((8, 6), float("nan"), dtype=torch.float64)
+    with pytest.raises(SimkitError, match="non-finite activations"):
+        compare(a, b, bad, layers_a=["1"], layers_b=["1"], progress=False)
+    assert all(not m._forward_hooks for m in a.modules())
+
+
+def test_result_tables_and_summary(data):
+    a, b = tiny_models()
+    result = compare(a, b, data, layers_a=["1", "3"], layers_b=["1"], progress=False)
+    frame = result.to_frame()
+    assert list(frame.columns) == ["layer_a", "layer_b", "metric", "value"]
+    assert set(frame["metric"]) == {"linear_cka", "unbiased_cka"}
+    layers = result.tables["layers"]
+    assert list(layers["name"]) == ["1", "3", "1"] and list(layers["dim"]) == [8, 5, 7]
+    assert result.summary["n_layers_a"] == 2 and result.summary["mode"] == "minibatch"
+
+
+def test_null_columns_present(data):
+    a, b = tiny_models()
+    result = compare(a, b, data, layers_a=["1"], layers_b=["1"], null=5, progress=False)
+    assert {"null_mean", "null_p95"} <= set(result.to_frame().columns)
+
+
+def test_constant_layer_gives_nan_and_a_warning(data):
+    a, _ = tiny_models()
+    const = nn.Sequential(nn.Linear(6, 3), nn.Linear(3, 2)).double()
+    with torch.no_grad():
+        const[0].weight.zero_()
+    with pytest.warns(RuntimeWarning, match="B:0"):
+        result = compare(a, const, data, layers_a=["1"], layers_b=["0"], metrics=["linear_cka"], progress=False)
+    assert np.isnan(result.matrix("linear_cka").loc["1", "0"])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(metrics=["cosine"]), "unknown metric 'cosine'"),
+    (dict(mode="fast"), "unknown mode"),
+    (dict(n=3, metrics=["unbiased_cka"], mode="exact"), "at least 4 samples"),
+    (dict(layers_a=["nope"]), "unknown layer"),
+    (dict(null=-1), "--null"),
+])
+def test_bad_input_is_a_clear_error(data, kwargs, message):
+    a, b = tiny_models()
+    options = dict(layers_a=["1"], layers_b=["1"], progress=False) | kwargs
+    with pytest.raises(SimkitError, match=message):
+        compare(a, b, data, **options)
+
+
+def test_save_and_load_round_trip(tmp_path, data):
+    import simkit
+
+    a, b = tiny_models()
+    result = compare(a, b, data, layers_a=["1", "3"], layers_b=["1"], progress=False)
+    result.save(tmp_path / "run")
+    back = simkit.load(tmp_path / "run")
+    assert back.kind == "compare"
+    np.testing.assert_allclose(back.matrix("linear_cka").to_numpy(), result.matrix("linear_cka").to_numpy(),
+                               rtol=1e-12)
+    assert (tmp_path / "run" / "report.html").is_file()
+    assert not list((tmp_path / "run").glob(".*.tmp"))

@@ -1,0 +1,163 @@
+"""Report context of a ``compare`` result: summary, one heatmap per metric, best matches, null band, values.
+
+Reads only the result's tables (``similarity``, ``layers``), ``summary`` and ``matrix(metric)``;
+computes nothing new beyond picking maxima and counting for display.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from simkit.report.figures import heatmap_svg, html_table, line_plot
+
+# Metrics whose values live in [0, 1]: their heatmaps share that colour range (widened if needed).
+_UNIT_METRICS = {"linear_cka", "unbiased_cka", "rbf_cka", "mutual_knn"}
+
+_SUMMARY_LABELS = {
+    "model_a": "model A", "model_b": "model B", "data": "data", "n": "samples (n)", "mode": "mode",
+    "metrics": "metrics", "n_layers_a": "layers of A", "n_layers_b": "layers of B",
+    "batch_size": "batch size", "seconds": "seconds",
+}
+
+
+def summary_rows(summary: dict[str, Any], labels: dict[str, str]) -> list[tuple[str, str]]:
+    """(label, text) pairs: the keys of ``labels`` first, in that order, then any other summary keys."""
+    rows = []
+    for key, label in labels.items():
+        if key in summary:
+            rows.append((label, _text(summary[key])))
+    rows.extend((key, _text(value)) for key, value in summary.items() if key not in labels)
+    return rows
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value)
+    if isinstance(value, float):
+        return "n/a" if value != value else f"{value:.4g}"
+    return str(value)
+
+
+def colour_range(metric: str, values: np.ndarray) -> tuple[float | None, float | None]:
+    """[0, 1] for bounded metrics (stretched to include any value outside it); data range otherwise."""
+    if metric not in _UNIT_METRICS:
+        return None, None
+    finite = values[np.isfinite(values)]
+    if not finite.size:
+        return 0.0, 1.0
+    return min(0.0, float(finite.min())), max(1.0, float(finite.max()))
+
+
+def null_matrix(result, metric: str, column: str) -> pd.DataFrame | None:
+    """(L_a, L_b) frame of ``column`` (null_mean or null_p95) for ``metric``; None when no null was run."""
+    table = result.tables["similarity"]
+    if column not in table.columns or table.loc[table["metric"] == metric, column].isna().all():
+        return None
+    return result.matrix(metric, column)
+
+
+def best_matches(matrices: dict[str, pd.DataFrame], nulls: dict[str, pd.DataFrame | None]) -> list[dict]:
+    """For each layer of A: per metric the layer of B with the highest value (NaNs ignored).
+
+    Returns rows ``{"layer_a": str, "cells": [{"layer_b", "value", "null_p95", "above_null"}, ...]}``
+    with one cell per metric, in the order of ``matrices``.
+    """
+    first = next(iter(matrices.values()))
+    rows = []
+    for i, layer_a in enumerate(first.index):
+        cells = []
+        for metric, frame in matrices.items():
+            row = frame.iloc[i].to_numpy(dtype=float, na_value=np.nan)
+            if not np.isfinite(row).any():
+                cells.append({"layer_b": "n/a", "value": float("nan"), "null_p95": None, "above_null": None})
+                continue
+            j = int(np.nanargmax(row))
+            null = nulls.get(metric)
+            p95 = float(null.iloc[i, j]) if null is not None else None
+            above = None if p95 is None or p95 != p95 else bool(row[j] > p95)
+            cells.append({"layer_b": str(frame.columns[j]), "value": float(row[j]), "null_p95": p95,
+                          "above_null": above})
+        rows.append({"layer_a": str(layer_a), "cells": cells})
+    return rows
+
+
+def null_band(table: pd.DataFrame, metrics: list[str]) -> list[dict]:
+    """Per metric: mean null mean, mean and max null p95, and how many pairs exceed their own p95."""
+    if "null_p95" not in table.columns or table["null_p95"].isna().all():
+        return []
+    out = []
+    for metric in metrics:
+        rows = table[table["metric"] == metric]
+        finite = rows[np.isfinite(rows["value"]) & np.isfinite(rows["null_p95"])]
+        out.append({
+            "metric": metric,
+            "null_mean": float(rows["null_mean"].mean()) if "null_mean" in rows else float("nan"),
+            "null_p95_mean": float(rows["null_p95"].mean()),
+            "null_p95_max": float(rows["null_p95"].max()),
+            "above": int((finite["value"] > finite["null_p95"]).sum()),
+            "pairs": len(rows),
+        })
+    return out
+
+
+def best_match_plot(rows: list[dict], metrics: list[str], null_means: dict[str, pd.DataFrame | None],
+                    nulls: dict[str, pd.DataFrame | None]):
+    """Line plot of each metric's best value per layer of A, with the null mean–p95 band of that pair."""
+    layers = [r["layer_a"] for r in rows]
+    series, bands = {}, {}
+    for k, metric in enumerate(metrics):
+        series[metric] = [r["cells"][k]["value"] for r in rows]
+        mean, p95 = null_means.get(metric), nulls.get(metric)
+        if mean is None or p95 is None:
+            continue
+        lo, hi = [], []
+        for r in rows:
+            b = r["cells"][k]["layer_b"]
+            found = b in p95.columns
+            lo.append(float(mean.loc[r["layer_a"], b]) if found else np.nan)
+            hi.append(float(p95.loc[r["layer_a"], b]) if found else np.nan)
+        bands[metric] = (lo, hi)
+    return line_plot(layers, series, title="Best match in B for each layer of A",
+                     xlabel="layer of A", ylabel="similarity", bands=bands or None)
+
+
+def context(result) -> dict[str, Any]:
+    """Everything ``compare.html.j2`` shows, prepared from ``result`` (a CompareResult)."""
+    summary = result.summary
+    table = result.tables["similarity"]
+    metrics = list(summary.get("metrics") or pd.unique(table["metric"]))
+    model_a, model_b = summary.get("model_a", "A"), summary.get("model_b", "B")
+    matrices, nulls, null_means, heatmaps = {}, {}, {}, []
+    for metric in metrics:
+        frame = result.matrix(metric)
+        matrices[metric] = frame
+        null = nulls[metric] = null_matrix(result, metric, "null_p95")
+        null_means[metric] = null_matrix(result, metric, "null_mean")
+        vmin, vmax = colour_range(metric, frame.to_numpy(dtype=float, na_value=np.nan))
+        heatmaps.append({
+            "metric": metric,
+            "svg": heatmap_svg(frame, title=metric, vmin=vmin, vmax=vmax, null=null,
+                               xlabel=f"B: {model_b}", ylabel=f"A: {model_a}"),
+        })
+    best = best_matches(matrices, nulls) if matrices else []
+    has_null = any(v is not None for v in nulls.values())
+    layers = result.tables.get("layers")
+    value_columns = [c for c in ("value", "null_mean", "null_p95") if c in table.columns]
+    return {
+        "summary_rows": summary_rows(summary, _SUMMARY_LABELS),
+        "model_a": model_a,
+        "model_b": model_b,
+        "metrics": metrics,
+        "heatmaps": heatmaps,
+        "best": best,
+        "best_plot": best_match_plot(best, metrics, null_means, nulls) if best else None,
+        "has_null": has_null,
+        "null_band": null_band(table, metrics),
+        "layers": html_table(layers, numeric=["dim"], css_class="layers") if layers is not None else None,
+        "values": html_table(table[["layer_a", "layer_b", "metric", *value_columns]], numeric=value_columns,
+                             css_class="values"),
+        "n_values": len(table),
+    }

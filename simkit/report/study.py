@@ -1,0 +1,56 @@
+"""Report context of a ``study`` result (many models): one model × model heatmap per metric.
+
+Reads only the ``study`` table (model_a, model_b, layer_a, layer_b, metric, value[, null_mean,
+null_p95]), the optional ``models`` table, ``summary`` (``models``, ``metric``, ``metrics``) and
+``matrix(metric)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from simkit.report.compare import colour_range, summary_rows
+from simkit.report.figures import heatmap_svg, html_table
+
+_SUMMARY_LABELS = {"models": "models", "metric": "metric", "metrics": "metrics", "pairing": "layer pairing",
+                   "data": "data", "n": "samples (n)", "mode": "mode", "seconds": "seconds"}
+
+
+def null_p95(table: pd.DataFrame, metric: str, like: pd.DataFrame) -> pd.DataFrame | None:
+    """(M, M) null 95th percentiles of ``metric`` ordered like ``like``; None when no null was run."""
+    if "null_p95" not in table.columns:
+        return None
+    rows = table[table["metric"] == metric]
+    if rows["null_p95"].isna().all():
+        return None
+    return rows.pivot(index="model_a", columns="model_b", values="null_p95").reindex(
+        index=like.index, columns=like.columns)
+
+
+def context(result) -> dict[str, Any]:
+    """Everything ``study.html.j2`` shows, prepared from ``result`` (a StudyResult)."""
+    table = result.tables["study"]
+    summary = result.summary
+    metrics = list(summary.get("metrics") or ([summary["metric"]] if summary.get("metric")
+                                              else pd.unique(table["metric"])))
+    heatmaps = []
+    for metric in metrics:
+        frame = result.matrix(metric)
+        vmin, vmax = colour_range(metric, frame.to_numpy(dtype=float, na_value=np.nan))
+        heatmaps.append({"metric": metric, "svg": heatmap_svg(
+            frame, title=metric, vmin=vmin, vmax=vmax, null=null_p95(table, metric, frame),
+            xlabel="model B", ylabel="model A")})
+    models = result.tables.get("models")
+    columns = [c for c in ("model_a", "model_b", "layer_a", "layer_b", "metric", "value") if c in table.columns]
+    columns += [c for c in table.columns if c not in columns]
+    return {
+        "summary_rows": summary_rows(summary, _SUMMARY_LABELS),
+        "models": list(summary.get("models", [])),
+        "heatmaps": heatmaps,
+        "model_table": html_table(models, css_class="models") if models is not None else None,
+        "values": html_table(table[columns], numeric=["value", "null_mean", "null_p95"], css_class="values"),
+        "n_values": len(table),
+    }

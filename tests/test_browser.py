@@ -1,0 +1,258 @@
+"""Reports in a real browser: headless Chromium opens them offline, with no console errors, and the
+heatmaps are on screen (laid out, visible, coloured in the screenshot).
+
+Chromium is driven through the DevTools protocol over ``--remote-debugging-pipe`` (fd 3 in, fd 4 out,
+JSON messages ending in NUL) with the standard library only. Without chromium the test skips, except
+under ``CI=true`` where it fails: CI installs Debian's ``chromium`` package.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import io
+import json
+import os
+import queue
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from test_report import EVIL, make_compare, make_study
+
+pytestmark = pytest.mark.browser
+
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-extensions", "--disable-dev-shm-usage", "--remote-debugging-pipe"]
+TIMEOUT = 60.0
+
+
+def chromium_path() -> str:
+    """The chromium executable: $SIMKIT_CHROMIUM or the first of the usual names on PATH."""
+    for name in (os.environ.get("SIMKIT_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    message = "headless chromium not found (apt-get install -y chromium, or set SIMKIT_CHROMIUM)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+class Browser:
+    """One headless Chromium process and one page, spoken to over the DevTools pipe."""
+
+    def __init__(self, executable: str, profile: Path):
+        to_chrome_r, to_chrome_w = os.pipe()
+        from_chrome_r, from_chrome_w = os.pipe()
+        # Keep the child's ends above 4 so dup2 onto 3 and 4 cannot clobber one another.
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (to_chrome_r, from_chrome_w)]
+        for fd in (to_chrome_r, from_chrome_w):
+            os.close(fd)
+
+        def child_fds() -> None:
+            os.dup2(high[0], 3)
+            os.dup2(high[1], 4)
+
+        self.process = subprocess.Popen(
+            [executable, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            close_fds=False, preexec_fn=child_fds)
+        for fd in high:
+            os.close(fd)
+        self._out = os.fdopen(to_chrome_w, "wb", buffering=0)
+        self._in = os.fdopen(from_chrome_r, "rb", buffering=0)
+        self._messages: queue.Queue = queue.Queue()
+        self._next_id = 0
+        self.events: list[dict] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        try:
+            target = self.call("Target.createTarget", url="about:blank")["targetId"]
+            self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+            for domain in ("Runtime", "Log", "Page"):
+                self.call(f"{domain}.enable", session=True)
+            self.call("Emulation.setDeviceMetricsOverride", session=True, width=1280, height=900,
+                      deviceScaleFactor=1, mobile=False)
+        except BaseException:
+            self.process.kill()
+            self.process.wait()
+            raise
+
+    def _read(self) -> None:
+        buffer = b""
+        while chunk := self._in.read(1 << 16):
+            buffer += chunk
+            *messages, buffer = buffer.split(b"\0")
+            for message in messages:
+                self._messages.put(json.loads(message))
+        self._messages.put(None)
+
+    def _next(self, deadline: float) -> dict:
+        try:
+            message = self._messages.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise TimeoutError("chromium did not answer in time") from None
+        if message is None:
+            raise RuntimeError(f"chromium exited (code {self.process.poll()})")
+        return message
+
+    def call(self, method: str, session: bool = False, **params) -> dict:
+        """Send one command and wait for its answer; events that arrive meanwhile are kept."""
+        self._next_id += 1
+        message = {"id": self._next_id, "method": method, "params": params}
+        if session:
+            message["sessionId"] = self.session
+        self._out.write(json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            answer = self._next(deadline)
+            if answer.get("id") == self._next_id:
+                if "error" in answer:
+                    raise RuntimeError(f"{method}: {answer['error']}")
+                return answer["result"]
+            self.events.append(answer)
+
+    def wait_for(self, method: str) -> dict:
+        deadline = time.monotonic() + TIMEOUT
+        for event in self.events:
+            if event.get("method") == method:
+                return event
+        while True:
+            event = self._next(deadline)
+            self.events.append(event)
+            if event.get("method") == method:
+                return event
+
+    def open(self, url: str) -> None:
+        """Navigate and wait for the load event plus a short settle for late errors."""
+        self.events.clear()
+        self.call("Page.navigate", session=True, url=url)
+        self.wait_for("Page.loadEventFired")
+        self.call("Runtime.evaluate", session=True, expression="new Promise(r => setTimeout(r, 300))",
+                  awaitPromise=True)
+
+    def evaluate(self, expression: str):
+        answer = self.call("Runtime.evaluate", session=True, expression=expression, returnByValue=True)
+        if "exceptionDetails" in answer:
+            raise RuntimeError(f"page script failed: {answer['exceptionDetails']}")
+        return answer["result"].get("value")
+
+    def errors(self) -> list[str]:
+        """Console errors, uncaught exceptions and browser log errors since the last ``open``."""
+        found = []
+        for event in self.events:
+            method, params = event.get("method"), event.get("params", {})
+            if method == "Runtime.exceptionThrown":
+                found.append(params["exceptionDetails"].get("exception", {}).get("description")
+                             or params["exceptionDetails"].get("text", "exception"))
+            elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+                found.append(" ".join(str(a.get("value", a.get("description", ""))) for a in params["args"]))
+            elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
+                found.append(params["entry"].get("text", ""))
+        return found
+
+    def screenshot(self) -> bytes:
+        """A PNG of the whole page (beyond the viewport)."""
+        size = self.call("Page.getLayoutMetrics", session=True)["cssContentSize"]
+        clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
+        shot = self.call("Page.captureScreenshot", session=True, format="png", clip=clip,
+                         captureBeyondViewport=True)
+        return base64.b64decode(shot["data"])
+
+    def close(self) -> None:
+        try:
+            self.call("Browser.close")
+        except (RuntimeError, TimeoutError, OSError):
+            pass
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._out.close()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    executable = chromium_path()
+    instance = Browser(executable, tmp_path_factory.mktemp("chromium-profile"))
+    yield instance
+    instance.close()
+
+
+HEATMAPS_JS = """
+(() => Array.from(document.querySelectorAll('svg.heatmap-svg')).map(svg => {
+  svg.scrollIntoView();
+  const box = svg.getBoundingClientRect();
+  const style = getComputedStyle(svg);
+  const cells = svg.querySelectorAll('rect.c');
+  const first = cells[0].getBoundingClientRect();
+  const hit = document.elementFromPoint(first.x + first.width / 2, first.y + first.height / 2);
+  return {width: box.width, height: box.height, top: box.top + window.scrollY, left: box.left + window.scrollX,
+          visible: style.visibility === 'visible' && style.display !== 'none' && style.opacity !== '0',
+          cells: cells.length, firstCellOnTop: hit === cells[0],
+          rowLabel: svg.querySelector('.row-labels text title').textContent};
+}))()
+"""
+
+
+def colours_in(png: bytes, box: dict) -> int:
+    """Distinct colours inside ``box`` (page CSS pixels) of a screenshot."""
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    region = image.crop((int(box["left"]), int(box["top"]), int(box["left"] + box["width"]),
+                         int(box["top"] + box["height"])))
+    return len(region.getcolors(maxcolors=1 << 20))
+
+
+def check_report(browser: Browser, html_path: Path, heatmaps: int, cells: int) -> bytes:
+    browser.open(html_path.as_uri())
+    assert browser.errors() == []
+    assert browser.evaluate("document.querySelectorAll('script').length") == 0
+    found = browser.evaluate(HEATMAPS_JS)
+    assert len(found) == heatmaps
+    png = browser.screenshot()
+    for item in found:
+        assert item["visible"] and item["firstCellOnTop"]
+        assert item["width"] > 200 and item["height"] > 150
+        assert item["cells"] == cells
+        assert colours_in(png, item) > 30  # a coloured grid, not a blank box
+    return png
+
+
+def test_compare_report_renders_in_chromium(browser, tmp_path):
+    names_a = [f"layer{i // 4}.{i % 4}" for i in range(20)]
+    names_a[0] = EVIL
+    names_b = [f"blocks.{j}.mlp.fc2" for j in range(30)]
+    result = make_compare(names_a=names_a, names_b=names_b, null=True, nan_cell=(3, 4))
+    path = result.report(tmp_path / "report.html")
+    png = check_report(browser, path, heatmaps=2, cells=600)
+    assert browser.evaluate(HEATMAPS_JS)[0]["rowLabel"] == EVIL  # shown as text, never run
+    (tmp_path / "report.png").write_bytes(png)
+    if os.environ.get("SIMKIT_SCREENSHOT_DIR"):  # to look at it by eye
+        shutil.copy(tmp_path / "report.png", Path(os.environ["SIMKIT_SCREENSHOT_DIR"]) / "compare.png")
+
+
+def test_study_report_renders_in_chromium(browser, tmp_path):
+    path = make_study(null=True).report(tmp_path / "report.html")
+    png = check_report(browser, path, heatmaps=2, cells=9)
+    if os.environ.get("SIMKIT_SCREENSHOT_DIR"):
+        (Path(os.environ["SIMKIT_SCREENSHOT_DIR"]) / "study.png").write_bytes(png)
+
+
+def test_the_harness_sees_console_errors_and_blocked_loads(browser, tmp_path):
+    page = tmp_path / "broken.html"
+    page.write_text(
+        "<!DOCTYPE html><html><head><meta http-equiv=\"Content-Security-Policy\" "
+        "content=\"default-src 'none'; script-src 'unsafe-inline'\"></head><body>"
+        "<img src=\"https://example.invalid/x.png\">"
+        "<script>console.error('logged-error'); throw new Error('thrown-error');</script></body></html>",
+        encoding="utf-8")
+    browser.open(page.as_uri())
+    errors = " | ".join(browser.errors())
+    assert "logged-error" in errors and "thrown-error" in errors
+    assert "Content Security Policy" in errors

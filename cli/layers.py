@@ -1,1 +1,93 @@
-"""simkit layers (being written)."""
+"""`simkit layers`: list a model's layers (the names that --layers selectors match) with output shapes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from simkit.cli.common import SeedOpt, TrustOpt, command
+
+
+@command("layers", help=(
+    "List the layers of MODEL that capture can hook: name, type, output shape (from a dry run on one "
+    "sample of --data), parameter count, and whether the `blocks` preset picks it.\n\n"
+    "MODEL is a model spec: torchvision:resnet18, timm:NAME, hf:DIR, file:PATH, python:pkg.mod:fn, "
+    "simkit:cnn1d. Without --data the shape column stays empty."))
+def layers_command(
+    model: Annotated[str, typer.Argument(help="Model spec.")],
+    data: Annotated[str | None, typer.Option(
+        "--data", help="Data spec for the dry run (mnist1d, digits, synthetic:SHAPE, npy:PATH, ...).")] = None,
+    seed: SeedOpt = 0,
+    trust: TrustOpt = False,
+    select: Annotated[str | None, typer.Option(
+        "--select", help="Show only these layers: names, globs, type:Class, blocks (comma list).")] = None,
+    weights: Annotated[Path | None, typer.Option("--weights", help="Local weights file for MODEL.")] = None,
+    tokenizer: Annotated[str | None, typer.Option(
+        "--tokenizer", help="hf:DIR whose tokenizer reads text:FILE data (default: MODEL when it is hf:).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON records.")] = False,
+) -> None:
+    from simkit.capture import layer_table, resolve_layers
+    from simkit.data import load_data
+    from simkit.errors import SimkitError
+    from simkit.models import load_model
+
+    module = load_model(model, seed=seed, trust=trust, weights=str(weights) if weights else None)
+    sample, source = None, data
+    if data is not None:
+        if tokenizer is None and model.startswith("hf:"):
+            tokenizer = model
+        sample = load_data(data, n=1, seed=seed, tokenizer=tokenizer).take(slice(0, 1)).inputs
+    else:
+        sample, source = _model_sample(module, model)
+    try:
+        table = layer_table(module, sample)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        if isinstance(exc, SimkitError):
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SimkitError(f"model {model!r} cannot run on one sample of {source!r} ({first}); "
+                          "check that --data fits the model") from None
+    if select is not None:
+        table = table[table["name"].isin(resolve_layers(module, select))]
+    note = (f"output shapes from one sample of {source}" if sample is not None
+            else "no output shapes: pass --data SPEC for a dry run")
+    if as_json:
+        typer.echo(json.dumps(table.to_dict(orient="records"), indent=1, default=int))
+        typer.echo(note, err=True)
+        return
+    _print_table(table, model, note)
+
+
+def _model_sample(module, spec: str):
+    """A dry-run input the model itself defines: ``example_input()`` (the simkit zoo), or 3×224×224 for
+    torchvision classification models. Returns (sample or None, description)."""
+    import torch
+
+    if callable(getattr(module, "example_input", None)):
+        sample = module.example_input()
+        return sample, "the model's example_input() (zeros " + "x".join(map(str, sample.shape[1:])) + ")"
+    if spec.startswith("torchvision:"):
+        import torchvision
+
+        name = spec.split(":")[1]
+        if name in torchvision.models.list_models(module=torchvision.models):
+            return torch.zeros(1, 3, 224, 224), "zeros 3x224x224 (torchvision's classification size)"
+    return None, None
+
+
+def _print_table(table, model: str, note: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    view = Table(title=f"layers of {model}", title_justify="left", caption=note, caption_justify="left")
+    view.add_column("name", overflow="fold")
+    view.add_column("type")
+    view.add_column("output shape")
+    view.add_column("params", justify="right")
+    view.add_column("blocks", justify="center")
+    for row in table.itertuples(index=False):
+        view.add_row(row.name, row.type, row.shape, f"{row.params:,}", "✓" if row.blocks else "")
+    Console(width=max(100, Console().width), highlight=False).print(view)

@@ -1,1 +1,45 @@
-"""simkit.metrics."""
+"""simkit.metrics: pure torch similarity functions (no models, no I/O).
+
+* ``cka``: Grams, centering, HSIC estimators, ``linear_cka``, ``unbiased_cka``, ``rbf_cka``.
+* ``knn``: exact chunked ``knn_indices`` and the ``mutual_knn`` score.
+* ``losses``: differentiable ``cka_loss``, ``unbiased_cka_loss``, ``dmnn_loss``, ``soft_mutual_knn``,
+  ``alignment_loss(name)``.
+* ``streaming``: accumulators over all layer pairs (dataset-level exact and minibatch modes).
+
+Activations are ``x (n, p)``, ``y (n, q)``: the same ``n`` examples, flattened per example.
+"""
+
+from __future__ import annotations
+
+from simkit.metrics.cka import (
+    center_gram,
+    gram_linear,
+    gram_rbf,
+    hsic_biased,
+    hsic_unbiased,
+    linear_cka,
+    rbf_cka,
+    u_center_gram,
+    unbiased_cka,
+)
+from simkit.metrics.knn import knn_indices, mutual_knn
+from simkit.metrics.losses import alignment_loss, cka_loss, dmnn_loss, soft_mutual_knn, unbiased_cka_loss
+
+__all__ = [
+    "alignment_loss",
+    "center_gram",
+    "cka_loss",
+    "dmnn_loss",
+    "gram_linear",
+    "gram_rbf",
+    "hsic_biased",
+    "hsic_unbiased",
+    "knn_indices",
+    "linear_cka",
+    "mutual_knn",
+    "rbf_cka",
+    "soft_mutual_knn",
+    "u_center_gram",
+    "unbiased_cka",
+    "unbiased_cka_loss",
+]

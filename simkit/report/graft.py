@@ -64,17 +64,5 @@ def context(result) -> dict[str, Any]:
         figures["f3"] = _f3_figure(f3)
     if e3 is not None and len(e3):
         figures["e3"] = _e3_figure(e3)
-    e2_first = []
-    if e2 is not None and len(e2):
-        for arm, part in e2.groupby("arm", sort=False):
-            def first(col, part=part):
-                hit = part.loc[part[col] != 0, "step"]
-                return int(hit.iloc[0]) if len(hit) else None
-            e2_first.append({"arm": arm, "alpha_first_grad_step": first("alpha_grad"),
-                             "branch_first_grad_step": first("branch_max_abs_grad"),
-                             "max_abs_alpha_grad": float(part["alpha_grad"].max()),
-                             "max_abs_branch_grad": float(part["branch_max_abs_grad"].max()),
-                             "final_alpha": float(part["alpha"].iloc[-1]),
-                             "final_loss": float(part["loss"].iloc[-1])})
-    return {"figures": figures, "e1_rows": _records(tables.get("e1")), "e2_rows": e2_first,
+    return {"figures": figures, "e1_rows": _records(tables.get("e1")), "e2_rows": _records(tables.get("e2_arms")),
             "e3_rows": _records(e3), "settings": result.meta.get("settings", {})}

@@ -1,1 +1,15 @@
-"""simkit.surgery."""
+"""The only code that mutates models: replace, insert, graft gated residual blocks, optimizer
+continuity, bit-exact checks, the graft log and graft locality (spec §4)."""
+
+from simkit.surgery.branches import BRANCHES, ConvBranch, GatedResidual, MLPBranch, build_branch
+from simkit.surgery.cone import CachedRunner, downstream_cone, find_node, trace
+from simkit.surgery.exact import bit_mismatches, negative_zeros, preconditions
+from simkit.surgery.log import GraftLog
+from simkit.surgery.ops import Graft, get_module, graft_gated_residual, insert_after, replace_module
+from simkit.surgery.optim import add_new_params
+
+__all__ = [
+    "BRANCHES", "CachedRunner", "ConvBranch", "GatedResidual", "Graft", "GraftLog", "MLPBranch",
+    "add_new_params", "bit_mismatches", "build_branch", "downstream_cone", "find_node", "get_module",
+    "graft_gated_residual", "insert_after", "negative_zeros", "preconditions", "replace_module", "trace",
+]

@@ -1,0 +1,29 @@
+"""The exact-surgery verification suite on the built-in 4-block Llama-style model (d=128, 4 heads,
+vocabulary 50), as in the paper: 600 SGD steps per E2 arm, a llama-style branch grafted after
+blocks.1 with a shadow gate, F3 killed and resumed in a new process.
+
+    python examples/graft_suite.py [OUT_DIR]        # default: runs/graft_suite
+
+Same as `simkit graft --steps 600 --out runs/graft_suite`. Prints the summary; open report.html.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from simkit.surgery.suite import run_graft_suite
+from simkit.surgery.tasks import SuiteSettings
+
+
+def main(out: Path) -> None:
+    settings = SuiteSettings(model="simkit:llama", after="blocks.1", branch="llama", gate="shadow", steps=600)
+    result = run_graft_suite(settings, out)
+    result.save(out)
+    print(json.dumps(result.summary, indent=2))
+    print(f"report: {out / 'report.html'}")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("runs/graft_suite"))

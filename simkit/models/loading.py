@@ -1,0 +1,309 @@
+"""Model specs → modules, and saving models so they reload without pickle.
+
+=====================================  ==================================================================
+``torchvision:NAME[:k=v,...]``         random init seeded by ``seed`` (never downloads: ``weights=None``);
+                                       ``weights=PATH`` loads a local state dict
+``timm:NAME[:k=v,...]``                when timm is installed, ``pretrained=False``
+``hf:DIR``                             a local Hugging Face model directory (needs transformers), wrapped
+                                       in :class:`HFModel` (forward(input_ids, attention_mask))
+``file:PATH``                          TorchScript (``.pt``/``.ts``); ``.safetensors`` with the sidecar
+                                       ``PATH.json`` written by :func:`save_model`; a state dict with
+                                       ``,arch=SPEC``; a pickled module only with ``trust=True``
+``python:pkg.mod:callable[:k=v,...]``  any callable returning an ``nn.Module``
+``simkit:NAME[:k=v,...]``              the built-in zoo (:mod:`simkit.models.zoo`)
+=====================================  ==================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from simkit.errors import SimkitError, unknown_name_error
+from simkit.models.zoo import ZOO, build_zoo, parse_kwargs, resolve
+
+KINDS = ("torchvision:NAME", "timm:NAME", "hf:DIR", "file:PATH", "python:pkg.mod:callable", "simkit:NAME")
+SIDECAR_FORMAT = "simkit-model-1"
+
+
+def load_model(spec: str, *, seed: int = 0, trust: bool = False, weights: str | None = None,
+               num_classes: int | None = None) -> nn.Module:
+    """The module named by ``spec``, in eval mode on the CPU (see the module docstring).
+
+    Random initialisation is seeded by ``seed`` without disturbing the global torch generator.
+    """
+    if not isinstance(spec, str) or ":" not in spec:
+        raise SimkitError(f"model spec {spec!r} has no kind; valid kinds: {', '.join(KINDS)}")
+    kind, _, rest = spec.partition(":")
+    kind = kind.strip().lower()
+    builders = {"torchvision": _torchvision, "timm": _timm, "hf": _hf, "file": _file, "python": _python,
+                "simkit": _zoo}
+    if kind not in builders:
+        raise SimkitError(f"unknown model kind {kind!r} in {spec!r}; valid kinds: {', '.join(KINDS)}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = builders[kind](spec=spec, rest=rest.strip(), seed=seed, trust=trust, num_classes=num_classes)
+    if not isinstance(model, nn.Module):
+        raise SimkitError(f"model spec {spec!r} gave a {type(model).__name__}, not a torch nn.Module")
+    if weights is not None:
+        load_weights(model, weights, spec)
+    return model.eval()
+
+
+def _name_and_kwargs(spec: str, rest: str, num_classes: int | None) -> tuple[str, dict[str, Any]]:
+    name, _, options = rest.partition(":")
+    if not name:
+        raise SimkitError(f"model spec {spec!r} needs a name after the colon")
+    kwargs = parse_kwargs(options, spec)
+    if num_classes is not None:
+        kwargs["num_classes"] = num_classes
+    return name.strip(), kwargs
+
+
+def _missing(package: str, spec: str, pip: str | None = None) -> SimkitError:
+    return SimkitError(f"model spec {spec!r} needs {package}, which is not installed: "
+                       f"pip install {pip or package}")
+
+
+def _torchvision(*, spec, rest, seed, trust, num_classes) -> nn.Module:
+    try:
+        import torchvision
+    except ImportError:
+        raise _missing("torchvision", spec) from None
+    name, kwargs = _name_and_kwargs(spec, rest, num_classes)
+    available = torchvision.models.list_models()
+    if name not in available:
+        raise unknown_name_error("torchvision model", name, available)
+    if kwargs.get("weights") is not None:
+        raise SimkitError(f"model spec {spec!r}: pretrained torchvision weights would be downloaded; "
+                          "download them yourself and pass weights=PATH (--weights) instead")
+    kwargs["weights"] = None
+    try:
+        return torchvision.models.get_model(name, **kwargs)
+    except TypeError as exc:
+        raise SimkitError(f"model spec {spec!r}: {exc}") from None
+
+
+def _timm(*, spec, rest, seed, trust, num_classes) -> nn.Module:
+    try:
+        import timm
+    except ImportError:
+        raise _missing("timm", spec) from None
+    name, kwargs = _name_and_kwargs(spec, rest, num_classes)
+    if kwargs.pop("pretrained", False):
+        raise SimkitError(f"model spec {spec!r}: pretrained timm weights would be downloaded; "
+                          "pass a local weights file with weights=PATH (--weights) instead")
+    available = timm.list_models()
+    if name not in available:
+        raise unknown_name_error("timm model", name, available)
+    return timm.create_model(name, pretrained=False, **kwargs)
+
+
+def _zoo(*, spec, rest, seed, trust, num_classes) -> nn.Module:
+    name, kwargs = _name_and_kwargs(spec, rest, num_classes)
+    if name.lower() not in ZOO:
+        raise unknown_name_error("zoo model", name, ZOO, "valid: " + ", ".join(f"simkit:{k}" for k in ZOO))
+    return build_zoo(name.lower(), kwargs, spec)
+
+
+def _python(*, spec, rest, seed, trust, num_classes) -> nn.Module:
+    module_name, _, tail = rest.partition(":")
+    attr, _, options = tail.partition(":")
+    if not module_name or not attr:
+        raise SimkitError(f"model spec {spec!r}: write python:package.module:callable")
+    try:
+        factory = resolve(f"{module_name}:{attr}")
+    except ImportError as exc:
+        raise SimkitError(f"model spec {spec!r}: cannot import {module_name!r} ({exc})") from None
+    except AttributeError:
+        raise SimkitError(f"model spec {spec!r}: {module_name!r} has no attribute {attr!r}") from None
+    if not callable(factory):
+        raise SimkitError(f"model spec {spec!r}: {attr!r} is not callable")
+    kwargs = parse_kwargs(options, spec)
+    if num_classes is not None:
+        kwargs["num_classes"] = num_classes
+    return factory(**kwargs)
+
+
+# ----------------------------------------------------------------------------------------- Hugging Face
+
+def _hf_dir(spec: str, rest: str) -> Path:
+    path = Path(rest).expanduser()
+    if not path.is_dir():
+        raise SimkitError(f"hf spec {spec!r}: {rest!r} is not a local directory; simkit never downloads: "
+                          "save the model with save_pretrained(DIR) (or huggingface-cli download) "
+                          "and pass hf:DIR")
+    return path
+
+
+def _transformers(spec: str):
+    try:
+        import transformers
+    except ImportError:
+        raise _missing("transformers", spec) from None
+    return transformers
+
+
+class HFModel(nn.Module):
+    """A local Hugging Face model behind a plain forward.
+
+    ``forward(input_ids (b, L), attention_mask (b, L) | None)`` → last hidden state (b, L, d). The
+    wrapped model is ``self.model``, so its layers are named ``model.<...>``. During a forward the
+    mask is kept as ``self.simkit_attention_mask`` so capture's ``last`` reduction can find each
+    sequence's last real token.
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+        self.simkit_attention_mask: torch.Tensor | None = None
+
+    def forward(self, input_ids=None, attention_mask=None, **kwargs):
+        if isinstance(input_ids, dict):
+            kwargs = {**input_ids, **kwargs}
+            input_ids = kwargs.pop("input_ids", None)
+            attention_mask = kwargs.pop("attention_mask", attention_mask)
+        self.simkit_attention_mask = attention_mask
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+
+def _hf(*, spec, rest, seed, trust, num_classes) -> nn.Module:
+    path = _hf_dir(spec, rest)
+    transformers = _transformers(spec)
+    try:
+        model = transformers.AutoModel.from_pretrained(str(path), local_files_only=True,
+                                                       trust_remote_code=trust)
+    except Exception as exc:
+        raise SimkitError(f"hf spec {spec!r}: cannot load the model from {str(path)!r} ({exc})") from None
+    return HFModel(model)
+
+
+def hf_tokenizer(spec: str):
+    """The tokenizer of a local Hugging Face directory given as ``hf:DIR`` (or a plain DIR)."""
+    rest = spec[3:] if spec.startswith("hf:") else spec
+    path = _hf_dir(spec, rest)
+    transformers = _transformers(spec)
+    try:
+        return transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except Exception as exc:
+        raise SimkitError(f"tokenizer {spec!r}: cannot load it from {str(path)!r} ({exc})") from None
+
+
+# ------------------------------------------------------------------------------------------ files
+
+def _is_torchscript(path: Path) -> bool:
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as archive:
+        return any(name.split("/")[1:2] == ["code"] for name in archive.namelist())
+
+
+def read_state_dict(path: Path, spec: str) -> dict[str, torch.Tensor]:
+    """A state dict from ``.safetensors`` or a ``torch.save`` file, never unpickling code."""
+    if not path.exists():
+        raise SimkitError(f"model spec {spec!r}: weights file {str(path)!r} does not exist")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:
+        raise SimkitError(f"model spec {spec!r}: {str(path)!r} is not a plain state dict (it needs "
+                          "unpickling); save model.state_dict() or use save_model") from None
+    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise SimkitError(f"model spec {spec!r}: {str(path)!r} is not a state dict of tensors")
+    return state
+
+
+def load_weights(model: nn.Module, weights: str | Path, spec: str) -> None:
+    """Load a local state dict into ``model`` (strict: every key must match)."""
+    state = read_state_dict(Path(weights).expanduser(), spec)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()
+        detail = " ".join(line.strip() for line in first[:3])[:300]
+        raise SimkitError(f"model spec {spec!r}: weights {str(weights)!r} do not fit the architecture "
+                          f"({detail})") from None
+
+
+def _file(*, spec, rest, seed, trust, num_classes) -> nn.Module:
+    path_text, _, arch = rest.partition(",arch=")
+    if not path_text:
+        raise SimkitError(f"model spec {spec!r} needs a path: file:PATH")
+    path = Path(path_text.strip()).expanduser()
+    if not path.exists():
+        raise SimkitError(f"model spec {spec!r}: file {str(path)!r} does not exist")
+    arch = arch.strip()
+    if path.suffix == ".safetensors":
+        if not arch:
+            sidecar = sidecar_path(path)
+            if not sidecar.exists():
+                raise SimkitError(f"model spec {spec!r}: {str(sidecar)!r} is missing; give the "
+                                  "architecture as file:PATH,arch=SPEC")
+            arch = json.loads(sidecar.read_text(encoding="utf-8"))["spec"]
+        return _with_state(arch, path, spec, seed, num_classes)
+    if _is_torchscript(path):
+        with warnings.catch_warnings():  # torch marks TorchScript deprecated; the file is still valid
+            warnings.filterwarnings("ignore", message=".*torch.jit.load.* is deprecated", category=FutureWarning)
+            return torch.jit.load(str(path), map_location="cpu")
+    if arch:
+        return _with_state(arch, path, spec, seed, num_classes)
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:
+        if not trust:
+            raise SimkitError(f"model spec {spec!r}: {str(path)!r} is a pickled object and loading it "
+                              "executes code from the file; pass --trust (trust=True) if you trust it, "
+                              "or save with simkit.models.save_model") from None
+        obj = torch.load(path, map_location="cpu", weights_only=False)
+    if isinstance(obj, dict):
+        raise SimkitError(f"model spec {spec!r}: {str(path)!r} is a state dict; name its architecture "
+                          "with file:PATH,arch=SPEC (e.g. arch=torchvision:resnet18)")
+    return obj
+
+
+def _with_state(arch: str, path: Path, spec: str, seed: int, num_classes: int | None) -> nn.Module:
+    if arch.startswith("file:"):
+        raise SimkitError(f"model spec {spec!r}: arch must be a builder spec, not another file")
+    model = load_model(arch, seed=seed, num_classes=num_classes)
+    load_weights(model, path, spec)
+    return model
+
+
+def sidecar_path(path: str | Path) -> Path:
+    """``model.safetensors`` → ``model.safetensors.json``."""
+    path = Path(path)
+    return path.with_name(path.name + ".json")
+
+
+def save_model(model: nn.Module, path: str | Path, spec: str) -> Path:
+    """Write ``model``'s state dict as safetensors plus ``PATH.json`` = {"spec": spec, ...}, atomically.
+
+    ``spec`` names the architecture (e.g. ``simkit:cnn1d:channels=16``); the file reloads with
+    ``load_model("file:PATH")`` without unpickling. Returns the ``.safetensors`` path.
+    """
+    from safetensors.torch import save_file
+
+    from simkit.io import atomic_write, write_json
+
+    if isinstance(spec, str) and spec.startswith("file:"):
+        raise SimkitError("save_model: spec must name the architecture (e.g. simkit:cnn1d), not a file")
+    path = Path(path)
+    if path.suffix != ".safetensors":
+        path = path.with_name(path.name + ".safetensors")
+    # clone: safetensors refuses tensors that share memory (tied weights); loading restores both keys.
+    state = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
+    atomic_write(path, lambda tmp: save_file(state, str(tmp), metadata={"spec": spec}))
+    write_json(sidecar_path(path), {"spec": spec, "format": SIDECAR_FORMAT})
+    return path

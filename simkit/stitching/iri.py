@@ -1,0 +1,241 @@
+"""Identically represented inputs (IRIs, spec §2): for each input x an x′ with a(x′) ≈ a(x).
+
+x′ minimises the relative error r(x′) = ‖a(x′) − a(x)‖ / ‖a(x)‖ (norms over all features of A's
+activation at the stitch layer), starting from a seed: another training input (default) or uniform
+noise over the data range. Two update rules:
+
+* ``sgd`` (the spec's): x ← clamp(x − step_size · ∇r, lo, hi), step_size 0.5 by default;
+* ``adam``: Adam on x with learning rate ``lr`` (in data units), then the same clamp.
+
+Samples are optimised in batches; each stops once r ≤ tol (its best iterate is kept and no longer
+updated) and the batch stops when all have. Each sample's best iterate over the run is returned with
+its exact error. Results are cached as safetensors under a key hashing the model's weights, the
+layer, the data and every setting, and partial progress is saved batch by batch for resume.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from simkit.errors import SimkitError
+from simkit.io import atomic_write
+
+SEEDS = ("data", "noise")
+OPTIMIZERS = ("sgd", "adam")
+
+
+@dataclass
+class IRISettings:
+    """How IRIs are made. steps: max updates per batch; tol: relative-error target; seed: 'data' (another
+    training input) or 'noise' (uniform over the data range); optimizer: 'sgd' (spec step) or 'adam';
+    step_size: sgd step; lr: adam learning rate; batch_size: samples optimised together."""
+
+    steps: int = 1000
+    tol: float = 0.05
+    seed: str = "data"
+    optimizer: str = "sgd"
+    step_size: float = 0.5
+    lr: float = 0.01
+    batch_size: int = 256
+
+    def validate(self) -> None:
+        if self.seed not in SEEDS:
+            raise SimkitError(f"unknown IRI seed {self.seed!r}; use 'data' (another training input) or 'noise'")
+        if self.optimizer not in OPTIMIZERS:
+            raise SimkitError(f"unknown IRI optimizer {self.optimizer!r}; use 'sgd' or 'adam'")
+        if self.steps < 0 or self.batch_size < 1:
+            raise SimkitError(f"IRI steps must be >= 0 and batch size >= 1, got {self.steps}, {self.batch_size}")
+        if not self.tol >= 0:
+            raise SimkitError(f"IRI tolerance must be >= 0, got {self.tol}")
+
+
+@dataclass
+class IRISet:
+    """IRIs of ``n`` inputs: ``iris (n, ...)``, ``rel_error (n,)`` float64 (exact error of each returned
+    IRI), ``steps (n,)`` updates until each sample's best iterate, ``seed_index (n,)`` the training input
+    each started from (-1 for noise), ``reached (n,)`` bool rel_error ≤ tol."""
+
+    iris: Tensor
+    rel_error: Tensor
+    steps: Tensor
+    seed_index: Tensor
+    tol: float
+
+    @property
+    def reached(self) -> Tensor:
+        return self.rel_error <= self.tol
+
+    def summary(self) -> dict[str, float]:
+        r = self.rel_error
+        return {"n": len(r), "median": float(r.median()), "mean": float(r.mean()), "max": float(r.max()),
+                "reached_fraction": float(self.reached.double().mean()), "mean_steps": float(self.steps.double().mean())}
+
+
+def relative_error(front: nn.Module, x: Tensor, target: Tensor) -> Tensor:
+    """r = ‖a(x) − target‖ / ‖target‖ per sample: ``x (b, ...)``, ``target (b, ...)`` → ``(b,)``."""
+    diff = (front(x) - target).flatten(1).norm(dim=1)
+    return diff / target.flatten(1).norm(dim=1).clamp_min(1e-12)
+
+
+def seed_indices(n: int, generator: torch.Generator) -> Tensor:
+    """A random derangement of 0..n-1: sample i starts from training input seed_indices[i] ≠ i."""
+    if n < 2:
+        raise SimkitError("IRIs seeded from other training inputs need at least 2 inputs; use --iri-seed noise")
+    perm = torch.randperm(n, generator=generator)
+    shift = int(torch.randint(1, n, (1,), generator=generator))
+    out = torch.empty(n, dtype=torch.long)
+    out[perm] = perm.roll(shift)  # a cycle through perm: never a fixed point
+    return out
+
+
+def optimise_batch(front: nn.Module, x: Tensor, start: Tensor, settings: IRISettings,
+                   value_range: tuple[float, float]) -> tuple[Tensor, Tensor, Tensor]:
+    """IRIs for one batch: ``x (b, ...)`` targets, ``start (b, ...)`` seeds → (iris, rel_error (b,), steps (b,))."""
+    lo, hi = value_range
+    device = next((p.device for p in front.parameters()), torch.device("cpu"))
+    x, start = x.to(device), start.to(device)
+    with torch.no_grad():
+        target = front(x)
+    current = start.detach().clone().clamp(lo, hi).requires_grad_(True)
+    best = current.detach().clone()
+    best_err = torch.full((len(x),), float("inf"), dtype=torch.float64, device=device)
+    best_step = torch.zeros(len(x), dtype=torch.long, device=device)
+    active = torch.ones(len(x), dtype=torch.bool, device=device)
+    adam = torch.optim.Adam([current], lr=settings.lr) if settings.optimizer == "adam" else None
+    for step in range(settings.steps + 1):
+        idx = active.nonzero().squeeze(1)  # only samples still above the tolerance are computed
+        err = relative_error(front, current[idx], target[idx])
+        with torch.no_grad():
+            e64 = err.detach().to(torch.float64)
+            better = e64 < best_err[idx]
+            chosen = idx[better]
+            best[chosen] = current.detach()[chosen]
+            best_err[chosen] = e64[better]
+            best_step[chosen] = step
+            active[idx] = best_err[idx] > settings.tol
+        if step == settings.steps or not active.any():
+            break
+        (grad,) = torch.autograd.grad(err.sum(), current)
+        with torch.no_grad():
+            if adam is None:
+                current -= settings.step_size * grad
+            else:
+                current.grad = grad
+                adam.step()
+            current.clamp_(lo, hi)
+    return best.cpu(), best_err.cpu(), best_step.cpu()
+
+
+def fingerprint(model: nn.Module) -> str:
+    """sha256 of the model's state dict (names, dtypes, shapes and bytes)."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return digest.hexdigest()
+
+
+def tensor_digest(x: Tensor) -> str:
+    """sha256 of a tensor's dtype, shape and bytes."""
+    t = x.detach().cpu().contiguous()
+    return hashlib.sha256(f"{t.dtype}|{tuple(t.shape)}|".encode()
+                          + t.reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
+
+
+def cache_key(model_fingerprint: str, layer: str, data_key: str, settings: IRISettings, seed: int,
+              value_range: tuple[float, float]) -> str:
+    """The cache key: sha256 of model weights, layer, data, settings, seed and value range."""
+    blob = json.dumps({"model": model_fingerprint, "layer": layer, "data": data_key, "seed": seed,
+                       "range": list(value_range), "settings": asdict(settings)}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def _save(path: Path, tensors: dict[str, Tensor], metadata: dict[str, str]) -> None:
+    from safetensors.torch import save_file
+
+    atomic_write(path, lambda p: save_file({k: v.contiguous() for k, v in tensors.items()}, str(p),
+                                           metadata=metadata))
+
+
+def _load(path: Path) -> dict[str, Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(path))
+
+
+def generate_iris(front: nn.Module, x: Tensor, settings: IRISettings, *, value_range: tuple[float, float],
+                  seed: int = 0, cache_dir: str | Path | None = None, key_parts: dict[str, str] | None = None,
+                  progress: bool = True, description: str = "IRIs") -> tuple[IRISet, dict[str, object]]:
+    """IRIs of every row of ``x (n, ...)`` under ``front`` (a module mapping inputs to A's activation).
+
+    value_range: (lo, hi) clamp of the inputs. cache_dir: reuse/save ``<key>.safetensors`` there (None:
+    no cache); ``key_parts`` must then hold ``model`` (fingerprint of A), ``layer`` and ``data``.
+    Returns the IRISet and a dict ``{"cache": "hit" | "miss" | "off", "path": ...}``.
+    """
+    settings.validate()
+    if isinstance(x, dict):
+        raise SimkitError("IRIs need tensor inputs; tokenised text has no continuous input to optimise")
+    n = len(x)
+    path = partial = None
+    if cache_dir is not None:
+        if not key_parts:
+            raise SimkitError("an IRI cache needs key_parts (model, layer, data)")
+        key = cache_key(key_parts["model"], key_parts["layer"], key_parts["data"], settings, seed, value_range)
+        path = Path(cache_dir) / f"iri-{key}.safetensors"
+        partial = Path(cache_dir) / f"iri-{key}.partial.safetensors"
+        if path.is_file():
+            saved = _load(path)
+            return IRISet(saved["iris"], saved["rel_error"], saved["steps"], saved["seed_index"],
+                          settings.tol), {"cache": "hit", "path": str(path)}
+    generator = torch.Generator().manual_seed(seed)
+    if settings.seed == "data":
+        seeds = seed_indices(n, generator)
+        starts = None
+    else:
+        seeds = torch.full((n,), -1, dtype=torch.long)
+        lo, hi = value_range
+        starts = lo + (hi - lo) * torch.rand(x.shape, generator=generator, dtype=x.dtype)
+    iris = torch.empty_like(x)
+    errors = torch.empty(n, dtype=torch.float64)
+    steps = torch.empty(n, dtype=torch.long)
+    done = 0
+    if partial is not None and partial.is_file():
+        saved = _load(partial)
+        done = int(saved["done"])
+        iris[:done], errors[:done], steps[:done] = saved["iris"][:done], saved["rel_error"][:done], saved["steps"][:done]
+    bar = _progress(progress)
+    with bar:
+        task = bar.add_task(description, total=n, completed=done)
+        for start in range(done, n, settings.batch_size):
+            stop = min(start + settings.batch_size, n)
+            begin = x[seeds[start:stop]] if starts is None else starts[start:stop]
+            best, err, used = optimise_batch(front, x[start:stop], begin, settings, value_range)
+            iris[start:stop], errors[start:stop], steps[start:stop] = best, err, used
+            done = stop
+            if partial is not None and done < n:
+                _save(partial, {"iris": iris[:done], "rel_error": errors[:done], "steps": steps[:done],
+                                "done": torch.tensor(done)}, {})
+            bar.update(task, completed=done)
+    result = IRISet(iris, errors, steps, seeds, settings.tol)
+    if path is None:
+        return result, {"cache": "off", "path": None}
+    _save(path, {"iris": iris, "rel_error": errors, "steps": steps, "seed_index": seeds},
+          {"settings": json.dumps(asdict(settings)), **{k: str(v) for k, v in key_parts.items()}})
+    if partial is not None:
+        partial.unlink(missing_ok=True)
+    return result, {"cache": "miss", "path": str(path)}
+
+
+def _progress(enabled: bool):
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                    console=Console(stderr=True), disable=not enabled)

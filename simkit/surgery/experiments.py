@@ -1,0 +1,326 @@
+"""The exact-surgery paper's checks (spec §4) as functions returning tidy tables.
+
+E1 bit mismatches of a graft; E2 the three gate arms under SGD; E3 recompute cost against cone size at
+every depth; F3 a run grafted mid-way, killed (SIGKILL, in a subprocess) and resumed in a new process.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from simkit.errors import SimkitError
+from simkit.surgery.branches import GatedResidual, MLPBranch
+from simkit.surgery.cone import CachedRunner, downstream_cone, find_node, trace
+from simkit.surgery.log import GraftLog
+from simkit.surgery.ops import graft_gated_residual
+from simkit.surgery.tasks import SuiteSettings, Task
+from simkit.training import (
+    MetricsLog,
+    TrainConfig,
+    TrainHistory,
+    build_optimizer,
+    checkpoint_path,
+    fit,
+    load_checkpoint,
+    read_graft_log,
+)
+
+E2_ARMS = ("shadow", "net2net", "double_zero")
+E2_COLUMNS = ("step", "loss", "alpha", "alpha_grad", "branch_max_abs_grad", "branch_norm", "undo_distance")
+
+
+def float_bits(values: list[float]) -> list[int]:
+    return [struct.unpack("<Q", struct.pack("<d", float(v)))[0] for v in values]
+
+
+# ---------------------------------------------------------------- E1
+def run_e1(task: Task, s: SuiteSettings) -> pd.DataFrame:
+    """Graft with each gate (shadow, net2net) on a fresh model; bits of the outputs before vs after."""
+    rows = []
+    gates = ("shadow", "net2net") + ((s.gate,) if s.gate not in ("shadow", "net2net") else ())
+    for gate in gates:
+        model = task.make_model()
+        g = graft_gated_residual(model, s.after, s.branch, gate, probe=task.probe, seed=s.seed,
+                                 allow_double_zero=s.allow_double_zero)
+        rows.append({"gate": gate, "after": s.after, "branch": s.branch, "values_compared": g.values_compared,
+                     "mismatches": g.mismatches, "site_mismatches": g.site_mismatches,
+                     **g.preconditions, "bookkeeping_s": g.bookkeeping_s})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- E2
+def _first_nonzero(frame: pd.DataFrame, column: str) -> int | None:
+    hit = frame.loc[frame[column] != 0, "step"]
+    return int(hit.iloc[0]) if len(hit) else None
+
+
+def run_e2_arm(task: Task, s: SuiteSettings, arm: str, run_dir: Path | None, resume: bool) -> pd.DataFrame:
+    """Train the whole model with plain SGD after a graft with gate ``arm``; one row per step."""
+    model = task.make_model().train()
+    cfg = TrainConfig(steps=s.steps, batch_size=s.batch_size, lr=s.e2_lr, optimizer="sgd", momentum=0.0,
+                      seed=s.seed, checkpoint_every=max(1, s.steps // 5), progress=s.progress,
+                      description=f"E2 {arm}")
+    opt = build_optimizer(model.parameters(), cfg)
+    g = graft_gated_residual(model, s.after, s.branch, arm, probe=task.probe, seed=s.seed, optimizer=opt,
+                             allow_double_zero=True)
+    gate, name = g.gate, f"e2_{arm}"
+    seen: dict[str, float] = {}
+
+    def remember(module, inputs, output):  # α and ‖R(x)‖ as used in this step's forward pass
+        seen["alpha"] = float(gate.alpha.detach())
+        seen["norm"] = float(output.detach().flatten(1).double().norm(dim=1).mean())
+
+    done = 0
+    if resume and run_dir is not None and checkpoint_path(run_dir, name).is_file():
+        done = int(load_checkpoint(checkpoint_path(run_dir, name))["step"])
+    rows_path = None if run_dir is None else Path(run_dir) / f"{name}.rows.csv"
+    rows = MetricsLog(rows_path, keep_until=done if done else None, columns=E2_COLUMNS)
+    memory: list[list[float]] = []
+
+    def record(step: int, loss: float) -> None:
+        grad = max(float(p.grad.abs().max()) if p.grad is not None else 0.0 for p in gate.branch.parameters())
+        agrad = float(gate.alpha.grad.abs()) if gate.alpha.grad is not None else 0.0
+        values = [loss, seen["alpha"], agrad, grad, seen["norm"], abs(seen["alpha"]) * seen["norm"]]
+        rows.write(step, *values)
+        memory.append([step, *values])
+
+    handle = gate.branch.register_forward_hook(remember)
+    try:
+        fit(model, task.loss(model), task.data, cfg, optimizer=opt, run_dir=run_dir, name=name, resume=resume,
+            callback=record)
+    finally:
+        handle.remove()
+        rows.close()
+    if rows_path is not None:
+        frame = pd.read_csv(rows_path)
+    else:
+        frame = pd.DataFrame(memory, columns=list(E2_COLUMNS))
+    frame.insert(0, "arm", arm)
+    return frame
+
+
+def e2_arms_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per arm: first steps with non-zero gradients, largest gradients, final α and loss."""
+    rows = []
+    for arm, part in frame.groupby("arm", sort=False):
+        rows.append({"arm": arm, "alpha_first_grad_step": _first_nonzero(part, "alpha_grad"),
+                     "branch_first_grad_step": _first_nonzero(part, "branch_max_abs_grad"),
+                     "max_abs_alpha_grad": float(part["alpha_grad"].max()),
+                     "max_abs_branch_grad": float(part["branch_max_abs_grad"].max()),
+                     "final_alpha": float(part["alpha"].iloc[-1]),
+                     "final_undo_distance": float(part["undo_distance"].iloc[-1]),
+                     "final_loss": float(part["loss"].iloc[-1])})
+    return pd.DataFrame(rows)
+
+
+def run_e2(task: Task, s: SuiteSettings, run_dir: Path | None,
+           resume: bool) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """The three arms: (per-step table, per-arm table, summary)."""
+    frame = pd.concat([run_e2_arm(task, s, arm, run_dir, resume) for arm in E2_ARMS], ignore_index=True)
+    arm = {a: frame[frame["arm"] == a] for a in E2_ARMS}
+    dz = arm["double_zero"]
+    summary = {
+        "e2_shadow_alpha_first_grad_step": _first_nonzero(arm["shadow"], "alpha_grad"),
+        "e2_shadow_branch_first_grad_step": _first_nonzero(arm["shadow"], "branch_max_abs_grad"),
+        "e2_net2net_alpha_first_grad_step": _first_nonzero(arm["net2net"], "alpha_grad"),
+        "e2_net2net_branch_first_grad_step": _first_nonzero(arm["net2net"], "branch_max_abs_grad"),
+        "e2_double_zero_max_abs_grad": float(max(dz["alpha_grad"].max(), dz["branch_max_abs_grad"].max())),
+        "e2_steps": int(s.steps),
+    }
+    return frame, e2_arms_table(frame), summary
+
+
+# ---------------------------------------------------------------- E3
+def e3_sites(model: nn.Module, s: SuiteSettings) -> tuple[list[str], list[str]]:
+    """(graft sites in depth order, leaf modules for tracing)."""
+    blocks = getattr(model, "blocks", None)
+    if s.builtin and isinstance(blocks, nn.ModuleList):
+        sites = ["embed"] + [f"blocks.{i}" for i in range(len(blocks))]
+        return sites, sites
+    gm = trace(model)
+    names = [str(n.target) for n in gm.graph.nodes if n.op == "call_module"]
+    names = list(dict.fromkeys(n for n in names if sum(str(m.target) == n for m in gm.graph.nodes) == 1))
+    if len(names) > s.max_e3_sites:
+        pick = np.linspace(0, len(names) - 1, s.max_e3_sites).round().astype(int)
+        names = [names[i] for i in sorted(set(pick))]
+    return names, []
+
+
+def _best_time(fn, repeats: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@torch.no_grad()
+def run_e3(task: Task, s: SuiteSettings) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """At every depth: graft a shadow-gated pre-norm MLP, recompute only the cone, time it."""
+    model = task.make_model()
+    try:
+        sites, leaves = e3_sites(model, s)
+    except SimkitError as exc:
+        return pd.DataFrame(), {"e3_cone_cost_correlation": float("nan"), "e3_note": str(exc)}
+    full_s = _best_time(lambda: model(task.probe))
+    rows = []
+    for depth, site in enumerate(sites):
+        runner = CachedRunner(trace(task.make_model(), leaves=leaves))
+        runner.run(task.probe)
+        stream = runner.cache[find_node(runner.module, site).name]
+        if not (isinstance(stream, torch.Tensor) and stream.is_floating_point() and stream.ndim >= 2):
+            continue
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(s.seed)
+            gate = GatedResidual(MLPBranch(stream.shape[-1]), alpha=0.0, dtype=stream.dtype)
+        new = runner.graft(site, gate, f"e3_graft_{depth}")
+        cone = downstream_cone(runner.module, new)
+
+        def rerun(runner=runner, new=new):
+            runner.dirty = {new.name}
+            runner.run(task.probe)
+
+        recompute_s = _best_time(rerun)
+        if len(runner.recomputed) != 1 + len(cone):
+            raise RuntimeError(f"cached runner recomputed {len(runner.recomputed)} nodes, cone has {len(cone) + 1}")
+        g = graft_gated_residual(task.make_model(), site, "mlp", "shadow", probe=task.probe, seed=s.seed)
+        rows.append({"depth": depth, "site": site, "cone_nodes": len(cone) + 1,
+                     "graph_nodes": sum(1 for n in runner.module.graph.nodes if n.op != "placeholder"),
+                     "recompute_s": recompute_s, "full_forward_s": full_s, "bookkeeping_s": g.bookkeeping_s,
+                     "mismatches": g.mismatches})
+    frame = pd.DataFrame(rows)
+    corr = float("nan")
+    if len(frame) >= 3 and frame["cone_nodes"].nunique() > 1:
+        corr = float(np.corrcoef(frame["cone_nodes"], frame["recompute_s"])[0, 1])
+    return frame, {"e3_cone_cost_correlation": corr, "e3_sites": len(frame)}
+
+
+# ---------------------------------------------------------------- F3
+def f3_configs(s: SuiteSettings) -> tuple[TrainConfig, TrainConfig, int]:
+    """Stage configs (before / after the graft) and the stage-2 step at which the worker hangs."""
+    s1 = s.steps // 2
+    s2 = s.steps - s1
+    every = max(2, s2 // 4)
+    cfg1 = TrainConfig(steps=s1, batch_size=s.batch_size, lr=s.f3_lr, optimizer="adamw", seed=s.seed,
+                       checkpoint_every=every, progress=s.progress, description="F3 before graft")
+    cfg2 = replace(cfg1, steps=s2, seed=s.seed + 1, description="F3 after graft")
+    hang = s2 // 2 + 1
+    if hang % every == 0:
+        hang += 1
+    return cfg1, cfg2, min(hang, s2 - 1)
+
+
+def run_f3_training(task: Task, s: SuiteSettings, run_dir: Path, *, resume: bool,
+                    hang_at: int | None = None) -> list[float]:
+    """Train cfg1 steps, graft (logged, new params join the AdamW optimizer), train cfg2 steps.
+
+    Resuming after the graft rebuilds the architecture by replaying the graft log stored in the
+    stage-2 checkpoint; ``hang_at`` (worker only) blocks at that stage-2 step so it can be killed.
+    """
+    cfg1, cfg2, _ = f3_configs(s)
+    model = task.make_model().train()
+    opt = build_optimizer(model.parameters(), cfg1)
+    stage2 = checkpoint_path(run_dir, "f3_stage2")
+    if resume and stage2.is_file():
+        log = GraftLog(read_graft_log(run_dir, "f3_stage2"))
+        log.replay(model, opt)
+        model.train()
+        h1 = TrainHistory.from_dict(load_checkpoint(checkpoint_path(run_dir, "f3_stage1"))["history"])
+    else:
+        h1 = fit(model, task.loss(model), task.data, cfg1, optimizer=opt, run_dir=run_dir, name="f3_stage1",
+                 resume=resume)
+        log = GraftLog()
+        graft_gated_residual(model, s.after, s.branch, s.gate, probe=task.probe, seed=s.seed, optimizer=opt,
+                             log=log, allow_double_zero=s.allow_double_zero)
+        model.train()
+
+    def hang(step: int, loss: float) -> None:
+        if step == hang_at:
+            (run_dir / "f3_reached").write_text(str(step))
+            time.sleep(3600)
+
+    h2 = fit(model, task.loss(model), task.data, cfg2, optimizer=opt, run_dir=run_dir, name="f3_stage2",
+             resume=resume, graft_log=log, callback=hang if hang_at else None)
+    return h1.losses + h2.losses
+
+
+def _worker(run_dir: Path, settings: Path, mode: str, hang_at: int | None = None) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "simkit.surgery.f3_worker", str(settings), str(run_dir), mode,
+           str(torch.get_num_threads())]
+    if hang_at is not None:
+        cmd.append(str(hang_at))
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())})
+
+
+def _drop_moments(path: Path) -> None:
+    from simkit.io import save_torch
+
+    data = load_checkpoint(path)
+    data["optimizer"]["state"] = {}
+    save_torch(path, data)
+
+
+def run_f3(task: Task, s: SuiteSettings, out: Path, timeout: float = 1800.0) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Uninterrupted run (in process) vs a run killed by SIGKILL in a subprocess and resumed in another;
+    then the same resume with the optimizer moments dropped."""
+    from simkit.io import write_json
+
+    root = out / "f3"
+    if root.exists():
+        shutil.rmtree(root)  # F3 is about interruption itself: always redone from scratch
+    full_dir, cut_dir, bare_dir = root / "full", root / "killed", root / "no_moments"
+    for d in (full_dir, cut_dir):
+        d.mkdir(parents=True)
+    settings_path = write_json(root / "settings.json", {**s.to_dict(), "progress": False})
+    cfg1, cfg2, hang_at = f3_configs(s)
+    worker = _worker(cut_dir, settings_path, "fresh", hang_at)
+    full = run_f3_training(task, s, full_dir, resume=False)
+    deadline = time.time() + timeout
+    while not (cut_dir / "f3_reached").exists():
+        if worker.poll() is not None:
+            raise RuntimeError(f"F3 worker exited early: {worker.stderr.read().decode()[-2000:]}")
+        if time.time() > deadline:
+            worker.kill()
+            raise RuntimeError("F3 worker did not reach the kill point in time")
+        time.sleep(0.05)
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.wait()
+    worker.stderr.close()
+    ckpt = load_checkpoint(checkpoint_path(cut_dir, "f3_stage2"))
+    resumed_from = cfg1.steps + int(ckpt["step"])
+    shutil.copytree(cut_dir, bare_dir)
+    _drop_moments(checkpoint_path(bare_dir, "f3_stage2"))
+    resumer = _worker(cut_dir, settings_path, "resume")
+    _, err = resumer.communicate(timeout=timeout)
+    if resumer.returncode != 0:
+        raise RuntimeError(f"F3 resume worker failed: {err.decode()[-2000:]}")
+    import json
+
+    resumed = json.loads((cut_dir / "f3_losses.json").read_text())
+    quiet = replace(s, progress=False)
+    bare = run_f3_training(task, quiet, bare_dir, resume=True)
+    identical = float_bits(resumed) == float_bits(full)
+    diverge = next((i + 1 for i, (a, b) in enumerate(zip(float_bits(full), float_bits(bare), strict=True))
+                    if a != b), None)
+    frame = pd.DataFrame({"step": range(1, len(full) + 1), "loss_uninterrupted": full,
+                          "loss_killed_resumed": resumed, "loss_resumed_without_moments": bare})
+    summary = {"f3_resume_bit_identical": identical, "f3_without_moments_diverges_at_step": diverge,
+               "f3_graft_at_step": cfg1.steps, "f3_killed_after_step": cfg1.steps + hang_at,
+               "f3_resumed_from_step": resumed_from}
+    return frame, summary

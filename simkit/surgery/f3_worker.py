@@ -1,0 +1,32 @@
+"""The F3 worker process: ``python -m simkit.surgery.f3_worker SETTINGS RUN_DIR fresh|resume THREADS [HANG_AT]``.
+
+Rebuilds the suite's task from the settings JSON, runs (or resumes) the grafted F3 training in RUN_DIR
+and writes the per-step losses to ``RUN_DIR/f3_losses.json``. With HANG_AT it blocks at that stage-2
+step (after checkpointing as usual) so the parent can kill it with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str]) -> None:
+    import torch
+
+    from simkit.io import write_json
+    from simkit.surgery.experiments import run_f3_training
+    from simkit.surgery.tasks import SuiteSettings, make_task
+
+    settings_path, run_dir, mode, threads = argv[:4]
+    hang_at = int(argv[4]) if len(argv) > 4 else None
+    torch.set_num_threads(int(threads))
+    settings = SuiteSettings(**json.loads(Path(settings_path).read_text(encoding="utf-8")))
+    losses = run_f3_training(make_task(settings), settings, Path(run_dir), resume=(mode == "resume"),
+                             hang_at=hang_at)
+    write_json(Path(run_dir) / "f3_losses.json", losses)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,114 @@
+"""After alignment: head-first training (a linear probe on the converted features), full fine-tuning,
+and the two baselines trained with the same budget (scratch, logit distillation).
+
+The prototype (shared/spec/not-calibration.md) showed the guide's head is useless after alignment
+(CKA ignores rotation and scale), so the head is re-initialised and trained alone on the frozen
+converted features first; its score is the reported linear-probe score. Then everything trains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from simkit.theseus.modules import reinitialise
+from simkit.theseus.plans import _first_tensor
+from simkit.theseus.task import Inputs, Task, logits_of, rows, run_model, take
+
+FitFn = Callable[..., object]
+
+
+@torch.no_grad()
+def head_features(model: nn.Module, head: str, inputs: Inputs, batch_size: int) -> Tensor:
+    """Eval-mode inputs of module ``head`` for every sample: (n, *head_in)."""
+    feats: list[Tensor] = []
+    module = model.get_submodule(head)
+    handle = module.register_forward_pre_hook(lambda m, a: feats.append(_first_tensor(a).detach().clone()))
+    was = model.training
+    model.eval()
+    try:
+        for start in range(0, rows(inputs), batch_size):
+            run_model(model, take(inputs, slice(start, start + batch_size)))
+    finally:
+        handle.remove()
+        model.train(was)
+    return torch.cat(feats)
+
+
+def train_head(model: nn.Module, head: str, task: Task, train: tuple[Inputs, Tensor],
+               test: tuple[Inputs, Tensor], fit_fn: FitFn, *, batch_size: int, seed: int) -> tuple[object, float]:
+    """Re-initialise the head and train it alone on the frozen model's features (cached once).
+
+    Returns (history, probe score on ``test``). Only the head's parameters change.
+    """
+    module = model.get_submodule(head)
+    reinitialise(module, seed)
+    train_x = head_features(model, head, train[0], batch_size)
+    test_x = head_features(model, head, test[0], batch_size)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for p in module.parameters():
+        p.requires_grad_(True)
+    targets = train[1]
+
+    def loss_fn(batch: tuple[Tensor, ...]) -> Tensor:
+        (idx,) = batch
+        return task.loss(module(train_x[idx]), targets[idx])
+
+    was = module.training
+    module.train()
+    history = fit_fn(module, loss_fn, (torch.arange(len(train_x)),), list(module.parameters()))
+    module.train(was)
+    return history, score(module, task, test_x, test[1], batch_size)
+
+
+def score(model: nn.Module, task: Task, inputs: Inputs, target: Tensor, batch_size: int) -> float:
+    """Accuracy or perplexity of ``model`` in eval mode (mode restored)."""
+    was = model.training
+    model.eval()
+    try:
+        return task.evaluate(lambda x: run_model(model, x), inputs, target, batch_size)
+    finally:
+        model.train(was)
+
+
+def train_task(model: nn.Module, task: Task, train: tuple[Inputs, Tensor], fit_fn: FitFn) -> object:
+    """Train every parameter of ``model`` on the task loss (train mode during the run)."""
+    inputs, targets = train
+    for p in model.parameters():
+        p.requires_grad_(True)
+
+    def loss_fn(batch: tuple[Tensor, ...]) -> Tensor:
+        (idx,) = batch
+        return task.loss(logits_of(run_model(model, take(inputs, idx))), targets[idx])
+
+    model.train()
+    history = fit_fn(model, loss_fn, (torch.arange(rows(inputs)),), list(model.parameters()))
+    model.eval()
+    return history
+
+
+def distill(student: nn.Module, task: Task, inputs: Inputs, guide_logits: Tensor, fit_fn: FitFn,
+            temperature: float = 4.0) -> object:
+    """Logit distillation: T² · KL(softmax(guide/T) ‖ softmax(student/T)), no label term [ours: pure
+    logit distillation, as in the paper's baseline, so an untrained guide gets no help from labels]."""
+    for p in student.parameters():
+        p.requires_grad_(True)
+    t = float(temperature)
+
+    def loss_fn(batch: tuple[Tensor, ...]) -> Tensor:
+        (idx,) = batch
+        student_logits = logits_of(run_model(student, take(inputs, idx)))
+        teacher = guide_logits[idx]
+        v = student_logits.shape[-1]
+        return F.kl_div(F.log_softmax(student_logits.reshape(-1, v) / t, -1),
+                        F.log_softmax(teacher.reshape(-1, v) / t, -1),
+                        reduction="batchmean", log_target=True) * t * t
+
+    student.train()
+    history = fit_fn(student, loss_fn, (torch.arange(rows(inputs)),), list(student.parameters()))
+    student.eval()
+    return history

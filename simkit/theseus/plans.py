@@ -1,0 +1,279 @@
+"""Replacement plans: which guide modules become which target modules, with shapes from a dry run.
+
+A :class:`ReplacementPlan` lists :class:`Replacement` entries. Each names one guide module, or a group
+of consecutive guide modules forming a chain (the output of one is the input of the next), and a
+factory that builds the target module from the resolved :class:`Slot` (names, per-example input and
+output shapes, the guide modules themselves). :func:`resolve_plan` runs the guide once on a small
+sample to infer the shapes and the forward order, builds every target module and checks that it maps
+the guide's input shape to the guide's output shape. Errors name the missing module, or both shapes.
+
+In the hybrid/target network the target module sits at the first name of its group; the others
+become :class:`~simkit.theseus.modules.Passthrough` (spec §1: "groups map to one target block").
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from simkit.errors import SimkitError, unknown_name_error
+from simkit.theseus.modules import Passthrough
+
+
+@dataclass
+class Slot:
+    """One resolved replacement.
+
+    names: the guide modules replaced, in forward order. in_shape: input of ``names[0]`` per example;
+    out_shape: output of ``names[-1]`` per example. guide_modules: the guide's modules (read only).
+    args/kwargs: the extra arguments the first guide module was called with in the dry run.
+    """
+
+    names: tuple[str, ...]
+    in_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    guide_modules: tuple[nn.Module, ...]
+    factory: Callable[[Slot], nn.Module] | None = None
+    module: nn.Module | None = None
+
+    @property
+    def site(self) -> str:
+        """Where the target module sits in the hybrid (the group's first module)."""
+        return self.names[0]
+
+    @property
+    def output_name(self) -> str:
+        """The guide module whose output the target reproduces (the group's last module)."""
+        return self.names[-1]
+
+    @property
+    def label(self) -> str:
+        return self.names[0] if len(self.names) == 1 else f"{self.names[0]}..{self.names[-1]}"
+
+
+@dataclass
+class Replacement:
+    """guide: a module name or a tuple of consecutive names; factory: ``Slot -> nn.Module``."""
+
+    guide: str | tuple[str, ...]
+    factory: Callable[[Slot], nn.Module]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.guide,) if isinstance(self.guide, str) else tuple(self.guide)
+
+
+@dataclass
+class ReplacementPlan:
+    """What to replace. head: the module whose output is the task output (retrained first in
+    fine-tuning); None = the last module with parameters that runs in the dry run."""
+
+    replacements: list[Replacement] = field(default_factory=list)
+    head: str | None = None
+    description: str = ""
+
+    @classmethod
+    def coerce(cls, plan: Any) -> ReplacementPlan:
+        """A ReplacementPlan, or a dict ``{name or tuple of names: factory}`` as a plan file may return."""
+        if isinstance(plan, ReplacementPlan):
+            return plan
+        if isinstance(plan, dict):
+            return cls([Replacement(key, factory) for key, factory in plan.items()])
+        raise SimkitError(f"a plan must be a ReplacementPlan or a dict of name -> factory, got "
+                          f"{type(plan).__name__}; see simkit.theseus.plans")
+
+
+def _first_tensor(value: Any) -> torch.Tensor | None:
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, list | tuple) and value and isinstance(value[0], torch.Tensor):
+        return value[0]
+    return None
+
+
+@dataclass
+class DryRun:
+    """What one guide forward pass showed: per module its inputs/outputs (first tensor), call order."""
+
+    inputs: dict[str, torch.Tensor]
+    args: dict[str, tuple[tuple, dict]]
+    outputs: dict[str, torch.Tensor]
+    order: list[str]
+    model_output: Any
+
+
+def dry_run(model: nn.Module, names: Sequence[str], run: Callable[[nn.Module], Any]) -> DryRun:
+    """Run ``run(model)`` once (eval mode, no grad) recording each named module's first input tensor,
+    its full call arguments, its output tensor and the order of first calls."""
+    inputs: dict[str, torch.Tensor] = {}
+    args: dict[str, tuple[tuple, dict]] = {}
+    outputs: dict[str, torch.Tensor] = {}
+    order: list[str] = []
+    handles = []
+
+    def pre_hook(name):
+        def hook(module, a, kw):
+            if name not in args:
+                args[name] = (a, kw)
+                x = _first_tensor(a)
+                if x is not None:
+                    inputs[name] = x
+        return hook
+
+    def post_hook(name):
+        def hook(module, a, output):
+            if name not in order:
+                order.append(name)
+                y = _first_tensor(output)
+                if y is not None:
+                    outputs[name] = y
+        return hook
+
+    modes = {m: m.training for m in model.modules()}
+    try:
+        for name in names:
+            module = model.get_submodule(name)
+            handles.append(module.register_forward_pre_hook(pre_hook(name), with_kwargs=True))
+            handles.append(module.register_forward_hook(post_hook(name)))
+        model.eval()
+        with torch.no_grad():
+            result = run(model)
+    finally:
+        for handle in handles:
+            handle.remove()
+        for module, mode in modes.items():
+            module.training = mode
+    return DryRun(inputs, args, outputs, order, result)
+
+
+def _shape(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(int(s) for s in t.shape[1:])
+
+
+def _fmt(shape: Sequence[int]) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ")"
+
+
+def resolve_plan(plan: ReplacementPlan, guide: nn.Module, run: Callable[[nn.Module], Any], *,
+                 seed: int = 0) -> tuple[list[Slot], str]:
+    """Slots in forward order, each with its target module built and shape-checked, plus the head name.
+
+    run: ``model -> output`` on a small sample batch (b ≥ 2) of the task's inputs.
+    Raises SimkitError for unknown modules, groups that are not chains, overlapping groups, modules
+    that never run, targets whose output shape differs from the guide's (both shapes named), and a
+    head whose output is not the model's output.
+    """
+    plan = ReplacementPlan.coerce(plan)
+    if not plan.replacements:
+        raise SimkitError("the replacement plan is empty; it must name at least one guide module")
+    known = dict(guide.named_modules())
+    candidates = [n for n in known if n]
+    claimed: dict[str, str] = {}
+    for rep in plan.replacements:
+        for name in rep.names:
+            if name not in known or not name:
+                raise unknown_name_error("guide module", name, candidates,
+                                         "run `simkit layers GUIDE` to list the module names")
+            if name in claimed:
+                raise SimkitError(f"guide module {name!r} appears in two replacements; each module can "
+                                  "be replaced once")
+            claimed[name] = rep.names[0]
+    for name in claimed:
+        for other in claimed:
+            if other != name and other.startswith(name + "."):
+                raise SimkitError(f"plan replaces both {name!r} and its submodule {other!r}; "
+                                  "name only one of them")
+
+    head = plan.head
+    leaf_with_params = [n for n, m in guide.named_modules()
+                        if n and not list(m.children()) and list(m.parameters(recurse=False))]
+    watch = set(claimed) | set(leaf_with_params) | ({head} if head else set())
+    if head is not None and head not in known:
+        raise unknown_name_error("head module", head, candidates, "set plan.head to the output layer")
+    probe = dry_run(guide, sorted(watch), run)
+
+    slots = []
+    for rep in plan.replacements:
+        for name in rep.names:
+            if name not in probe.order or name not in probe.inputs or name not in probe.outputs:
+                raise SimkitError(f"guide module {name!r} did not run on a tensor in the dry run; "
+                                  "replace a module on the forward path")
+        for a, b in zip(rep.names, rep.names[1:], strict=False):
+            if probe.outputs[a] is not probe.inputs[b]:
+                raise SimkitError(f"group {rep.names} is not a chain: the output of {a!r} is not the "
+                                  f"input of {b!r}; list consecutive modules in forward order")
+        slots.append(Slot(names=rep.names, in_shape=_shape(probe.inputs[rep.names[0]]),
+                          out_shape=_shape(probe.outputs[rep.names[-1]]),
+                          guide_modules=tuple(guide.get_submodule(n) for n in rep.names),
+                          factory=rep.factory))
+    slots.sort(key=lambda s: probe.order.index(s.site))
+
+    for index, slot in enumerate(slots):
+        with torch.random.fork_rng(devices=[]):  # seeded per slot; the caller's RNG is left alone
+            torch.manual_seed(seed * 1009 + index)
+            module = slot.factory(slot)
+        if not isinstance(module, nn.Module):
+            raise SimkitError(f"the plan's factory for {slot.label!r} returned {type(module).__name__}, "
+                              "not a torch.nn.Module")
+        a, kw = probe.args[slot.site]
+        try:
+            with torch.no_grad():
+                was = module.training
+                module.eval()
+                out = _first_tensor(module(*a, **kw))
+                module.train(was)
+        except SimkitError:
+            raise
+        except Exception as exc:  # a factory that built the wrong input size fails here
+            raise SimkitError(f"the target for {slot.label!r} ({type(module).__name__}) fails on the "
+                              f"guide's input of shape {_fmt(slot.in_shape)}: {type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else ''}; make the factory accept "
+                              "that shape") from None
+        got = _shape(out) if out is not None else None
+        if got != slot.out_shape:
+            raise SimkitError(f"shape mismatch for {slot.label!r}: the target {type(module).__name__} "
+                              f"outputs {_fmt(got) if got is not None else 'no tensor'} but the guide "
+                              f"outputs {_fmt(slot.out_shape)} (input {_fmt(slot.in_shape)}); make the "
+                              "factory produce the guide's output shape")
+        slot.module = module
+
+    if head is None:
+        ran = [n for n in probe.order if n in leaf_with_params]
+        if not ran:
+            raise SimkitError("cannot find the guide's head (no module with parameters ran); set plan.head")
+        head = ran[-1]
+    if any(head == n or head.startswith(n + ".") for n in claimed):
+        raise SimkitError(f"the head {head!r} is replaced by the plan; keep the output layer and set "
+                          "plan.head to it")
+    final = _first_tensor(probe.model_output) if not isinstance(probe.model_output, dict) else None
+    if final is None and hasattr(probe.model_output, "logits"):
+        final = probe.model_output.logits
+    if head not in probe.outputs or probe.outputs[head] is not final:
+        raise SimkitError(f"the head {head!r} does not produce the model's output; set plan.head to the "
+                          "module whose output is the model output")
+    return slots, head
+
+
+def install(model: nn.Module, slot: Slot, module: nn.Module | None = None) -> nn.Module:
+    """Put ``module`` (default: the slot's target) at ``slot.site`` in ``model`` through surgery; the
+    rest of the group becomes Passthrough. Returns the installed module."""
+    from simkit.surgery import replace_module
+
+    module = slot.module if module is None else module
+    replace_module(model, slot.site, module)
+    for name in slot.names[1:]:
+        replace_module(model, name, Passthrough())
+    return module
+
+
+def build_target(guide: nn.Module, slots: Sequence[Slot]) -> nn.Module:
+    """A copy of ``guide`` with every slot's target installed (the converted architecture)."""
+    target = copy.deepcopy(guide)
+    for slot in slots:
+        install(target, slot, copy.deepcopy(slot.module))
+    return target

@@ -1,0 +1,281 @@
+"""Conversion schedules (spec §1) and the guide-activation cache they all share.
+
+Slots are numbered 0..S−1 in forward order. A schedule is a list of :class:`Stage`:
+
+- progressive: stage s swaps in module s; trains modules 0..s; loss = mean_{l≤s} d(T_l, G_l);
+  the hybrid's forward pass stops right after module s (nothing downstream enters the loss).
+- sequential: like progressive, but only module s trains and only d(T_s, G_s) is the loss (the
+  frozen earlier terms carry no gradient).
+- independent: module l trains alone on the guide's own input to it, d(T_l(G_in_l), G_l); after the
+  last stage every module is swapped in together.
+- joint: every module swapped in at once, all train, loss over all layers; S × steps-per-stage steps
+  (the same alignment budget as the staged schedules).
+
+The guide is frozen: :func:`guide_cache` runs it once over the data (one forward pass per batch) and
+keeps every slot's output (and, for independent, input) for all samples; every stage of every
+schedule and metric reads the cache by sample index. Nothing in a stage recomputes the guide.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from simkit.errors import SimkitError, unknown_name_error
+from simkit.theseus.plans import Slot, _first_tensor, install
+from simkit.theseus.task import Inputs, logits_of, rows, run_model, take
+
+SCHEDULES = ("progressive", "sequential", "independent", "joint")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """install: slots swapped into the hybrid at the start; train: slots whose modules train; align:
+    slots in the loss; stop_after: slot after which the forward stops (None: full pass); isolated:
+    modules run on cached guide inputs instead of inside the hybrid; steps: the step budget."""
+
+    name: str
+    install: tuple[int, ...]
+    train: tuple[int, ...]
+    align: tuple[int, ...]
+    stop_after: int | None
+    isolated: bool
+    steps: int
+
+
+def plan_stages(schedule: str, n_slots: int, steps_per_stage: int) -> list[Stage]:
+    """The stages of ``schedule`` for ``n_slots`` modules."""
+    if schedule not in SCHEDULES:
+        raise unknown_name_error("schedule", schedule, SCHEDULES, f"valid: {', '.join(SCHEDULES)}")
+    if steps_per_stage < 1:
+        raise SimkitError(f"--steps-per-stage must be at least 1, got {steps_per_stage}")
+    every = tuple(range(n_slots))
+    if schedule == "joint":
+        return [Stage("joint", every, every, every, n_slots - 1, False, steps_per_stage * n_slots)]
+    stages = []
+    for s in range(n_slots):
+        if schedule == "progressive":
+            stages.append(Stage(f"stage{s + 1}", (s,), every[:s + 1], every[:s + 1], s, False, steps_per_stage))
+        elif schedule == "sequential":
+            stages.append(Stage(f"stage{s + 1}", (s,), (s,), (s,), s, False, steps_per_stage))
+        else:
+            stages.append(Stage(f"stage{s + 1}", (), (s,), (s,), None, True, steps_per_stage))
+    return stages
+
+
+@dataclass
+class GuideCache:
+    """The frozen guide's activations for every sample, computed once.
+
+    outputs[l]: (n, *out_shape) output of slot l; inputs[l]: (n, *in_shape) its input (or None);
+    logits: (n, ...) guide output (or None); batches: guide forward passes made (= ceil(n / batch)).
+    """
+
+    outputs: list[Tensor]
+    inputs: list[Tensor] | None
+    logits: Tensor | None
+    batches: int = 0
+
+
+class _Recorder:
+    """Forward hooks recording the first tensor output (and optionally input) of named modules."""
+
+    def __init__(self, model: nn.Module, names: Sequence[str], inputs: bool = False,
+                 stop_at: str | None = None) -> None:
+        self.outputs: dict[str, Tensor] = {}
+        self.inputs: dict[str, Tensor] = {}
+        self.handles = []
+        for name in names:
+            module = model.get_submodule(name)
+            self.handles.append(module.register_forward_hook(self._hook(name, name == stop_at)))
+            if inputs:
+                self.handles.append(module.register_forward_pre_hook(self._pre(name)))
+
+    def _hook(self, name: str, stop: bool):
+        def hook(module, args, output):
+            self.outputs[name] = _first_tensor(output)
+            if stop:
+                raise _StopForward
+        return hook
+
+    def _pre(self, name: str):
+        def hook(module, args):
+            self.inputs[name] = _first_tensor(args)
+        return hook
+
+    def close(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+
+
+class _StopForward(Exception):
+    """Raised by a hook to end a hybrid forward pass after the newest module."""
+
+
+def run_until(model: nn.Module, inputs: Inputs, recorder: _Recorder) -> None:
+    """Run ``model`` on ``inputs``; a stop hook in ``recorder`` may end the pass early."""
+    try:
+        run_model(model, inputs)
+    except _StopForward:
+        pass
+
+
+@torch.no_grad()
+def guide_cache(guide: nn.Module, slots: Sequence[Slot], inputs: Inputs, batch_size: int, *,
+                want_inputs: bool = False, want_logits: bool = False) -> GuideCache:
+    """One eval-mode pass of the frozen guide over ``inputs`` (n, ...), keeping every slot's activations."""
+    names = [s.output_name for s in slots]
+    recorder = _Recorder(guide, names)
+    in_recorder = _Recorder(guide, [s.site for s in slots], inputs=True) if want_inputs else None
+    outs: list[list[Tensor]] = [[] for _ in slots]
+    ins: list[list[Tensor]] = [[] for _ in slots]
+    logits: list[Tensor] = []
+    was = guide.training
+    guide.eval()
+    batches = 0
+    try:
+        for start in range(0, rows(inputs), batch_size):
+            out = run_model(guide, take(inputs, slice(start, start + batch_size)))
+            batches += 1
+            for i, slot in enumerate(slots):
+                outs[i].append(recorder.outputs[slot.output_name].detach().clone())
+                if in_recorder is not None:
+                    ins[i].append(in_recorder.inputs[slot.site].detach().clone())
+            if want_logits:
+                logits.append(logits_of(out).detach().clone())
+    finally:
+        recorder.close()
+        if in_recorder is not None:
+            in_recorder.close()
+        guide.train(was)
+    return GuideCache(outputs=[torch.cat(o) for o in outs],
+                      inputs=[torch.cat(i) for i in ins] if want_inputs else None,
+                      logits=torch.cat(logits) if want_logits else None, batches=batches)
+
+
+@dataclass
+class StageOutcome:
+    """What one stage did: its history, the trainable and the changed parameter names, seconds."""
+
+    stage: Stage
+    history: object
+    trainable: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+
+
+def set_trainable(model: nn.Module, modules: Sequence[nn.Module]) -> list[nn.Parameter]:
+    """Freeze every parameter of ``model``, then unfreeze those of ``modules``; returns the trainable."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    params = []
+    for module in modules:
+        for p in module.parameters():
+            if not p.requires_grad:
+                p.requires_grad_(True)
+                params.append(p)
+    return params
+
+
+def _snapshot(model: nn.Module) -> dict[str, Tensor]:
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def _changed(model: nn.Module, before: dict[str, Tensor]) -> list[str]:
+    return [name for name, p in model.named_parameters()
+            if name not in before or before[name].shape != p.shape or not torch.equal(before[name], p.detach())]
+
+
+def run_stage(hybrid: nn.Module, slots: Sequence[Slot], modules: list[nn.Module], stage: Stage,
+              cache: GuideCache, inputs: Inputs, loss: Callable[[Tensor, Tensor], Tensor],
+              fit_stage: Callable[..., object]) -> StageOutcome:
+    """Install this stage's modules, train what it trains against the cached guide activations.
+
+    modules[l]: slot l's target module (the object installed in the hybrid). fit_stage(model,
+    loss_fn, data, params) runs the shared training loop (with the run's config, names, resume).
+    """
+    for j in stage.install:
+        install(hybrid, slots[j], modules[j])
+    if stage.isolated:
+        (j,) = stage.train
+        module = modules[j]
+        params = set_trainable(module, [module])
+        before = _snapshot(module)
+        if cache.inputs is None:
+            raise SimkitError("internal: the independent schedule needs the guide inputs cache")
+        guide_in, guide_out = cache.inputs[j], cache.outputs[j]
+
+        def isolated_loss(batch: tuple[Tensor, ...]) -> Tensor:
+            (idx,) = batch
+            return loss(module(guide_in[idx]), guide_out[idx])
+
+        module.train()
+        history = fit_stage(module, isolated_loss, (torch.arange(len(guide_out)),), params)
+        prefix = slots[j].site
+        trainable = [f"{prefix}.{n}" for n, p in module.named_parameters() if p.requires_grad]
+        changed = [f"{prefix}.{n}" for n in _changed(module, before)]
+        for p in module.parameters():
+            p.requires_grad_(False)
+        return StageOutcome(stage, history, trainable, changed)
+
+    params = set_trainable(hybrid, [modules[j] for j in stage.train])
+    before = _snapshot(hybrid)
+    stop = slots[stage.stop_after].output_name if stage.stop_after is not None else None
+    recorder = _Recorder(hybrid, [slots[j].output_name for j in stage.align], stop_at=stop)
+
+    def hybrid_loss(batch: tuple[Tensor, ...]) -> Tensor:
+        (idx,) = batch
+        recorder.outputs.clear()
+        run_until(hybrid, take(inputs, idx), recorder)
+        terms = [loss(recorder.outputs[slots[j].output_name], cache.outputs[j][idx]) for j in stage.align]
+        return torch.stack(terms).mean()
+
+    hybrid.train()
+    try:
+        history = fit_stage(hybrid, hybrid_loss, (torch.arange(rows(inputs)),), params)
+    finally:
+        recorder.close()
+    trainable = [n for n, p in hybrid.named_parameters() if p.requires_grad]
+    changed = _changed(hybrid, before)
+    for p in hybrid.parameters():
+        p.requires_grad_(False)
+    return StageOutcome(stage, history, trainable, changed)
+
+
+@torch.no_grad()
+def hybrid_outputs(hybrid: nn.Module, slots: Sequence[Slot], inputs: Inputs, batch_size: int) -> list[Tensor]:
+    """Eval-mode activations (n, *out_shape) of every slot's output in the hybrid, full forward passes."""
+    names = [s.output_name for s in slots]
+    recorder = _Recorder(hybrid, names)
+    outs: list[list[Tensor]] = [[] for _ in slots]
+    was = hybrid.training
+    hybrid.eval()
+    try:
+        for start in range(0, rows(inputs), batch_size):
+            run_model(hybrid, take(inputs, slice(start, start + batch_size)))
+            for i, name in enumerate(names):
+                outs[i].append(recorder.outputs[name].detach().clone())
+    finally:
+        recorder.close()
+        hybrid.train(was)
+    return [torch.cat(o) for o in outs]
+
+
+@torch.no_grad()
+def isolated_output(module: nn.Module, guide_inputs: Tensor, batch_size: int) -> Tensor:
+    """Eval-mode output of one target module on the guide's inputs to it: (n, *in) → (n, *out)."""
+    was = module.training
+    module.eval()
+    try:
+        return torch.cat([module(guide_inputs[s:s + batch_size]) for s in range(0, len(guide_inputs), batch_size)])
+    finally:
+        module.train(was)
+
+
+def fresh_modules(slots: Sequence[Slot]) -> list[nn.Module]:
+    """Independent copies of every slot's initial target module (each arm starts from the same init)."""
+    return [copy.deepcopy(s.module) for s in slots]

@@ -1,0 +1,309 @@
+"""The one training loop every simkit runner uses: :func:`fit`.
+
+What it guarantees:
+- seeded and (optionally) deterministic; batches are index batches of the data tensors, reshuffled
+  each epoch by a generator seeded from (seed, epoch), so the data position is just the step count;
+- per-step metrics appended to ``run_dir/<name>.log.csv``; a rich progress bar (``progress=False``
+  turns it off);
+- checkpoints (atomic) every ``checkpoint_every`` steps, on SIGINT/SIGTERM (the current step
+  finishes, the checkpoint is written, then KeyboardInterrupt / SystemExit(143) is raised) and at the
+  end; ``resume=True`` continues an unfinished checkpoint bit-identically, and a finished one restores
+  the final state and returns its history without training (multi-stage runners resume stage by stage);
+- plateau LR control and stop rules (see :mod:`simkit.training.plateau`);
+- under torchrun each rank computes its contiguous slice of every global batch and the gradients are
+  summed with weights rows/global-batch by one all_reduce per parameter. DistributedDataParallel's
+  wrapper is deliberately not used: ``fit`` trains arbitrary parameter sets of arbitrary modules
+  (stitches, grafted blocks, frozen guides) that change between stages, which DDP would have to re-wrap
+  at every change; the explicit all_reduce gives the same gradients and keeps checkpoints wrapper-free.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.optim import Optimizer
+
+from simkit import distributed as dist
+from simkit.errors import SimkitError
+from simkit.seeding import seed_everything
+from simkit.training.config import TrainConfig, TrainHistory
+from simkit.training.plateau import LRController
+from simkit.training.state import (
+    MetricsLog,
+    checkpoint_path,
+    load_checkpoint,
+    log_path,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+
+# Settings that may differ between a run and its resumption without changing its numbers.
+_RESUME_FREE = ("progress", "description", "checkpoint_every")
+
+
+def build_optimizer(params: Iterable[nn.Parameter], config: TrainConfig) -> Optimizer:
+    """The optimizer ``config.optimizer`` names (adamw | adam | sgd) over ``params``."""
+    config.validate()
+    params = list(params)
+    if not params:
+        raise SimkitError("nothing to train: no parameter has requires_grad=True; unfreeze some or pass params=")
+    if config.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    if config.optimizer == "adam":
+        return torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
+    return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+
+
+def epoch_permutation(n: int, seed: int, epoch: int) -> Tensor:
+    """The sample order of ``epoch``: a permutation (n,) int64 from a generator seeded by (seed, epoch)."""
+    entropy = np.random.SeedSequence([seed % 2**63, epoch]).generate_state(2, dtype=np.uint64)
+    gen = torch.Generator().manual_seed(int(entropy[0] % (2**63 - 1)))
+    return torch.randperm(n, generator=gen)
+
+
+def batch_indices(n: int, batch_size: int, seed: int, step: int) -> Tensor:
+    """Row indices (b,) of global batch ``step`` (0-based): epoch = step // ceil(n / batch_size)."""
+    per_epoch = -(-n // batch_size)
+    epoch, i = divmod(step, per_epoch)
+    return epoch_permutation(n, seed, epoch)[i * batch_size:(i + 1) * batch_size]
+
+
+def read_graft_log(run_dir: str | Path, name: str) -> list[dict[str, Any]]:
+    """The graft log records stored in the checkpoint ``name`` of ``run_dir`` (empty when none)."""
+    return list(load_checkpoint(checkpoint_path(run_dir, name)).get("graft_log") or [])
+
+
+class _StopSignals:
+    """While active, SIGINT/SIGTERM only set a flag (the loop checkpoints and stops after the step).
+
+    A second signal restores the previous handlers and interrupts at once.
+    """
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received is not None:
+            self._restore()
+            raise KeyboardInterrupt
+        self.received = signum
+
+    def _restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+    def __exit__(self, *exc: Any) -> None:
+        self._restore()
+
+    def raise_if_received(self) -> None:
+        if self.received == signal.SIGTERM:
+            raise SystemExit(128 + signal.SIGTERM)
+        if self.received is not None:
+            raise KeyboardInterrupt
+
+
+class _Deterministic:
+    """``torch.use_deterministic_algorithms(True, warn_only=True)`` for the duration, then restored."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def __enter__(self) -> None:
+        self._prev = (torch.are_deterministic_algorithms_enabled(),
+                      torch.is_deterministic_algorithms_warn_only_enabled())
+        if self.enabled:
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+            torch.use_deterministic_algorithms(True, warn_only=True)
+
+    def __exit__(self, *exc: Any) -> None:
+        torch.use_deterministic_algorithms(self._prev[0], warn_only=self._prev[1])
+
+
+def _progress(config: TrainConfig):
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("loss {task.fields[loss]}"), TimeRemainingColumn(),
+                    console=Console(stderr=True), disable=not (config.progress and dist.is_main_process()))
+
+
+def _check_data(data: Sequence[Tensor]) -> int:
+    if isinstance(data, Tensor):
+        raise SimkitError("fit expects data as a tuple of tensors, e.g. (inputs, labels); wrap one tensor as (x,)")
+    if not data:
+        raise SimkitError("fit got no data tensors; pass data=(inputs, ...)")
+    n = len(data[0])
+    for t in data:
+        if len(t) != n:
+            raise SimkitError(f"data tensors differ in length ({[len(t) for t in data]}); give them the same first axis")
+    if n == 0:
+        raise SimkitError("fit got zero samples; check the data spec or --n")
+    return n
+
+
+def _reduce_gradients(params: list[nn.Parameter], weight: float) -> None:
+    """Global gradient = Σ_ranks weight_r · local gradient_r (weight_r = local rows / global rows)."""
+    for p in params:
+        grad = p.grad if p.grad is not None else torch.zeros_like(p)
+        grad.mul_(weight)
+        p.grad = dist.all_reduce_sum(grad)
+
+
+def fit(model: nn.Module, loss_fn: Callable[[tuple[Tensor, ...]], Tensor], data: Sequence[Tensor],
+        config: TrainConfig, *, params: Iterable[nn.Parameter] | None = None,
+        optimizer: Optimizer | None = None, run_dir: str | Path | None = None, name: str = "train",
+        resume: bool = False, graft_log: Any = None,
+        callback: Callable[[int, float], None] | None = None) -> TrainHistory:
+    """Train: ``loss_fn(batch)`` with ``batch`` a tuple of rows of the tensors in ``data``.
+
+    model: everything that is checkpointed (its ``state_dict``); fit does not change train/eval modes.
+    loss_fn: batch (tuple of tensors (b, ...) on the device of the first trained parameter) → scalar
+        loss, the mean over the batch's rows.
+    data: tensors with the same first axis n (samples).
+    params: the trained parameters (default: those of ``model`` with requires_grad); ignored when
+        ``optimizer`` is given (then its parameters are the trained ones).
+    optimizer: an existing optimizer (e.g. one surgery added parameters to); default: built from config
+        with :func:`build_optimizer`. Its state is checkpointed and restored on resume, so rebuild it
+        with the same param groups (replay the graft log) before resuming.
+    run_dir / name: where ``checkpoints/<name>.pt`` and ``<name>.log.csv`` go (None: no files).
+    resume: continue from ``checkpoints/<name>.pt`` when it exists (a fresh run otherwise).
+    graft_log: a :class:`simkit.surgery.GraftLog` (or list of records) stored in the checkpoint.
+    callback(step, loss): called after every step (and its checkpoint); gradients are still in ``.grad``.
+    Returns the TrainHistory (losses and LRs per step, why it stopped).
+    """
+    config.validate()
+    n = _check_data(data)
+    if resume and run_dir is None:
+        raise SimkitError("resume needs a run directory; pass run_dir (the --out of the interrupted run)")
+    if optimizer is None:
+        optimizer = build_optimizer(params if params is not None else
+                                    (p for p in model.parameters() if p.requires_grad), config)
+    trained = [p for group in optimizer.param_groups for p in group["params"]]
+    device = trained[0].device if trained else torch.device("cpu")
+    per_epoch = -(-n // config.batch_size)
+    total = config.total_steps(per_epoch)
+    controller = LRController(window=config.plateau_window, factor=config.plateau_factor,
+                              threshold=config.plateau_threshold, stop_loss=config.stop_loss,
+                              min_lr=config.min_lr, scheduler=config.scheduler, total_steps=total)
+    ckpt = checkpoint_path(run_dir, name) if run_dir is not None else None
+    writer = dist.is_main_process()
+
+    def payload(step: int, history: TrainHistory, finished: bool) -> dict[str, Any]:
+        log = graft_log.to_list() if hasattr(graft_log, "to_list") else list(graft_log or [])
+        return {"name": name, "finished": finished, "step": step, "epoch": step // per_epoch,
+                "batch_in_epoch": step % per_epoch, "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(), "controller": controller.state_dict(),
+                "rng": rng_state(), "history": history.to_dict(), "config": config.to_dict(),
+                "graft_log": log}
+
+    def checkpoint(step: int, history: TrainHistory, finished: bool) -> None:
+        if ckpt is not None and writer:
+            save_checkpoint(ckpt, payload(step, history, finished))
+
+    history, step = TrainHistory(), 0
+    if resume and ckpt.is_file():
+        saved = load_checkpoint(ckpt)
+        _check_resumable(saved, config, ckpt)
+        _restore(model, optimizer, controller, saved, ckpt)
+        history, step = TrainHistory.from_dict(saved["history"]), int(saved["step"])
+        if saved["finished"]:
+            return history
+    else:
+        seed_everything(config.seed)
+    log = MetricsLog(log_path(run_dir, name) if run_dir is not None and writer else None,
+                     keep_until=step if step else None)
+    try:
+        with _Deterministic(config.deterministic), _StopSignals() as signals, _progress(config) as bar:
+            task = bar.add_task(config.description, total=total, completed=step, loss="-")
+            while step < total and not history.stopped:
+                loss = _one_step(loss_fn, data, config, optimizer, controller, trained, device, n, step)
+                lr = optimizer.param_groups[0]["lr"]
+                step += 1
+                history.losses.append(loss)
+                history.lrs.append(lr)
+                history.steps = step
+                if writer:
+                    log.write(step, loss, lr)
+                controller.observe(loss, step)
+                controller.apply(optimizer, step)
+                history.stopped = controller.stop_reason(optimizer) or ""
+                bar.update(task, completed=step, loss=f"{loss:.4g}")
+                if config.checkpoint_every and step % config.checkpoint_every == 0 and step < total:
+                    checkpoint(step, history, finished=False)
+                if callback is not None:
+                    callback(step, loss)
+                if signals.received is not None:
+                    checkpoint(step, history, finished=False)
+                    signals.raise_if_received()
+    finally:
+        log.close()
+    if not history.stopped:
+        history.stopped = "steps" if config.steps is not None and total == config.steps else "epochs"
+    checkpoint(step, history, finished=True)
+    return history
+
+
+def _one_step(loss_fn, data, config, optimizer, controller, trained, device, n, step) -> float:
+    controller.apply(optimizer, step)
+    rows = batch_indices(n, config.batch_size, config.seed, step)
+    local = torch.tensor_split(rows, dist.world_size())[dist.rank()] if dist.is_distributed() else rows
+    optimizer.zero_grad(set_to_none=True)
+    if len(local):
+        batch = tuple(t[local.to(t.device)].to(device) for t in data)
+        loss = loss_fn(batch)
+        if loss.ndim != 0:
+            raise SimkitError(f"loss_fn must return a scalar, got shape {tuple(loss.shape)}; reduce it with .mean()")
+        loss.backward()
+        value = loss.detach().double()
+    else:
+        value = torch.zeros((), device=device, dtype=torch.float64)
+    if dist.is_distributed():
+        weight = len(local) / len(rows)
+        _reduce_gradients(trained, weight)
+        value = dist.all_reduce_sum(value * weight)
+    value = float(value)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise SimkitError(f"the loss became {value} at step {step + 1}; lower the learning rate or set grad_clip")
+    if config.grad_clip is not None:
+        torch.nn.utils.clip_grad_norm_(trained, config.grad_clip)
+    optimizer.step()
+    return value
+
+
+def _check_resumable(saved: dict[str, Any], config: TrainConfig, path: Path) -> None:
+    old, new = saved.get("config", {}), config.to_dict()
+    changed = [k for k in new if k not in _RESUME_FREE and old.get(k) != new[k]]
+    if changed:
+        diff = ", ".join(f"{k}={old.get(k)!r}→{new[k]!r}" for k in changed)
+        raise SimkitError(f"{path} was made with other training settings ({diff}); resume with the same "
+                          "settings or start over without --resume")
+
+
+def _restore(model, optimizer, controller, saved, path) -> None:
+    try:
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise SimkitError(f"{path} does not match this model/optimizer ({first}); rebuild the same "
+                          "architecture (replay the graft log) or start over without --resume") from None
+    controller.load_state_dict(saved["controller"])
+    set_rng_state(saved["rng"])

@@ -1,0 +1,79 @@
+"""`simkit convert` end to end on a tiny run (digits, a 2-block CNN), through typer's CliRunner."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from simkit.cli.main import app
+
+GUIDE = "simkit:cnn2d:channels=4,layers=2"
+TINY = ["--data", "digits", "--n", "300", "--rank", "8", "--steps-per-stage", "3", "--finetune-epochs", "1",
+        "--batch-size", "64", "--train-guide", "1"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("convert")
+    result = CliRunner().invoke(app, ["convert", GUIDE, "--recipe", "conv-to-mlp", *TINY,
+                                      "--schedule", "progressive,joint", "--metric", "cka",
+                                      "--baselines", "scratch,kd", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_cli_writes_the_contract_files(run_dir):
+    data = json.loads((run_dir / "result.json").read_text())
+    assert data["kind"] == "convert"
+    summary = data["summary"]
+    for key in ("guide_accuracy", "converted_accuracy", "scratch_accuracy", "kd_accuracy"):
+        assert 0.0 <= summary[key] <= 1.0
+    assert (summary["schedule"], summary["metric"], summary["recipe"]) == ("progressive", "cka", "conv-to-mlp")
+    runs = pd.read_csv(run_dir / "runs.csv")
+    assert runs["schedule"].tolist() == ["progressive", "joint"]
+    stages = pd.read_csv(run_dir / "stages.csv")
+    assert {"stage", "layer", "alignment_metric", "value"} <= set(stages.columns)
+    progressive = stages[stages["schedule"] == "progressive"]
+    assert set(progressive["stage"]) == {"stage1", "stage2", "finetuned"}
+    assert set(progressive["layer"]) == {"blocks.0.conv", "blocks.1.conv"}
+    assert (run_dir / "checkpoints" / "trained-progressive-cka-stage2.pt").is_file()
+
+
+def test_cli_report_has_heatmaps_and_table(run_dir):
+    html = (run_dir / "report.html").read_text()
+    assert "CKA vs guide after each stage" in html
+    assert "converted target × guide" in html
+    assert html.count("<svg") >= 3  # two stage heatmaps and the layer heatmap
+    assert "logit distillation" in html and "http://" not in html.replace("http://www.w3.org", "")
+
+
+def test_cli_resume_reproduces_the_run(run_dir, tmp_path):
+    before = json.loads((run_dir / "result.json").read_text())["summary"]
+    result = CliRunner().invoke(app, ["convert", GUIDE, *TINY, "--schedule", "progressive,joint",
+                                      "--baselines", "scratch,kd", "--out", str(run_dir), "--resume",
+                                      "--no-report"])
+    assert result.exit_code == 0, result.output
+    after = json.loads((run_dir / "result.json").read_text())["summary"]
+    assert after == before
+
+
+def test_cli_bad_input_exits_2(tmp_path):
+    result = CliRunner().invoke(app, ["convert", GUIDE, *TINY, "--recipe", "conv-to-kan", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "unknown recipe 'conv-to-kan'" in result.output
+    result = CliRunner().invoke(app, ["convert", GUIDE, *TINY, "--metric", "cka,l2", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "unknown alignment loss 'l2'" in result.output
+    result = CliRunner().invoke(app, ["convert", GUIDE, *TINY, "--resume", "--out", str(tmp_path / "nope")])
+    assert result.exit_code == 2 and "does not exist" in result.output
+
+
+def test_report_rerenders_from_the_run_directory(run_dir, tmp_path):
+    from simkit.results import load
+
+    loaded = load(run_dir)
+    assert type(loaded).__name__ == "ConvertResult"
+    html = loaded.report(tmp_path / "again.html").read_text()
+    assert "CKA vs guide after each stage" in html and "<script" not in html

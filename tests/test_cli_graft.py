@@ -1,0 +1,61 @@
+"""`simkit graft` end to end: the whole suite (F3 through a real SIGKILL of a worker process and a resume
+in a new process) on a tiny built-in model, the run directory, the report and the exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from simkit.cli.main import app
+from simkit.results import load
+
+SUMMARY_KEYS = {
+    "e1_values_compared", "e1_mismatches", "e2_shadow_alpha_first_grad_step", "e2_shadow_branch_first_grad_step",
+    "e2_net2net_branch_first_grad_step", "e2_double_zero_max_abs_grad", "e3_cone_cost_correlation",
+    "f3_resume_bit_identical", "f3_without_moments_diverges_at_step",
+}
+TINY = ["simkit:llama:d=16,blocks=2", "--steps", "8", "--n", "16", "--batch-size", "8"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("graft") / "run"
+    result = CliRunner().invoke(app, ["graft", *TINY, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_suite_end_to_end(run):
+    data = json.loads((run / "result.json").read_text())
+    summary = data["summary"]
+    assert data["kind"] == "graft" and SUMMARY_KEYS <= set(summary)
+    assert summary["e1_values_compared"] >= 1600 and summary["e1_mismatches"] == 0
+    assert summary["e2_shadow_alpha_first_grad_step"] == 1 and summary["e2_shadow_branch_first_grad_step"] == 2
+    assert summary["e2_net2net_branch_first_grad_step"] == 1 and summary["e2_double_zero_max_abs_grad"] == 0.0
+    assert summary["f3_resume_bit_identical"] is True
+    # killed after step 7, resumed from the step-6 checkpoint; without moments the loss of step 6 + 2 differs
+    assert summary["f3_killed_after_step"] > summary["f3_resumed_from_step"] > summary["f3_graft_at_step"]
+    assert summary["f3_without_moments_diverges_at_step"] == summary["f3_resumed_from_step"] + 2
+    f3 = pd.read_csv(run / "f3.csv")
+    assert (f3["loss_uninterrupted"] == f3["loss_killed_resumed"]).all()
+    assert summary["loss_kind"] == "next_token_cross_entropy"
+    html = (run / "report.html").read_text()
+    assert html.count("<img") == 6 and "F3: kill and resume" in html and "http" not in html.split("<body>")[1]
+    loaded = load(run)
+    assert type(loaded).__name__ == "GraftResult" and loaded.summary == summary
+    assert set(loaded.tables) == {"e1", "e2", "e2_arms", "e3", "f3"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--gate", "double_zero"], "double-zero graft refused"),
+    (["simkit:mlp"], "--after is required with a MODEL"),
+    (["--after", "blocks.9", "--steps", "4"], "unknown module 'blocks.9'"),
+    (["--steps", "2"], "--steps must be at least 4"),
+])
+def test_bad_input_exits_2(tmp_path, args, message):
+    result = CliRunner().invoke(app, ["graft", *args, "--out", str(tmp_path / "x"), "--n", "8"])
+    assert result.exit_code == 2
+    assert message in result.output

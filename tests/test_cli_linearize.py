@@ -1,0 +1,73 @@
+"""`simkit linearize` and `simkit napl` end to end through typer's CliRunner."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from simkit.cli.main import app
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_napl_json_plain_and_residual():
+    plain = invoke("napl", "simkit:cnn1d:channels=4,layers=3", "--json")
+    assert plain.exit_code == 0, plain.output
+    data = json.loads(plain.stdout)
+    assert data["napl"] == pytest.approx(3.0)
+    assert data["distribution"] == pytest.approx([0, 0, 0, 1])
+    residual = invoke("napl", "simkit:cnn2d:channels=4,layers=3,residual=True", "--json", "--data", "digits")
+    assert residual.exit_code == 0, residual.output
+    data = json.loads(residual.stdout)
+    assert data["napl"] == pytest.approx(2.0)                    # 1 + ½ + ½
+    assert data["distribution"] == pytest.approx([0, 0.25, 0.5, 0.25])
+
+
+def test_napl_table():
+    result = invoke("napl", "simkit:cnn1d:channels=4,layers=2")
+    assert result.exit_code == 0, result.output
+    assert "NAPL 2" in result.stdout and "length" in result.stdout
+
+
+def test_linearize_end_to_end_and_resume(tmp_path):
+    out = tmp_path / "run"
+    args = ["linearize", "simkit:cnn2d:channels=4,layers=2", "--data", "digits", "--n", "200", "--train", "1",
+            "--epochs", "1", "--omega", "1e-2,1", "--granularity", "channel,layer", "--batch-size", "64",
+            "--fold", "--out", out]
+    first = invoke(*args)
+    assert first.exit_code == 0, first.output
+    runs = pd.read_csv(out / "runs.csv")
+    assert list(runs.columns[:5]) == ["granularity", "omega", "napl", "nonlinear_fraction", "accuracy"]
+    assert sorted(zip(runs["granularity"], runs["omega"], strict=True)) == [
+        ("channel", 0.01), ("channel", 1.0), ("layer", 0.01), ("layer", 1.0)]
+    assert runs["napl"].between(0, 2).all()
+    summary = json.loads((out / "result.json").read_text())["summary"]
+    assert {"original_accuracy", "original_napl", "runs"} <= set(summary)
+    assert summary["original_napl"] == pytest.approx(2.0)
+    html = (out / "report.html").read_text()
+    assert "Accuracy against NAPL" in html and "<script src" not in html
+    again = invoke(*args, "--resume", "--no-report")
+    assert again.exit_code == 0, again.output
+    rerun = pd.read_csv(out / "runs.csv")
+    cols = ["napl", "nonlinear_fraction", "accuracy", "steps"]
+    pd.testing.assert_frame_equal(rerun[cols], runs[cols])
+
+
+def test_linearize_data_without_labels_exits_2(tmp_path):
+    result = invoke("linearize", "simkit:cnn1d:channels=4,layers=2", "--data", "synthetic:1x40", "--n", "16",
+                    "--epochs", "1", "--out", tmp_path / "x")
+    assert result.exit_code == 2
+    assert "has no labels" in result.output
+
+
+def test_linearize_bad_omega_exits_2(tmp_path):
+    result = invoke("linearize", "simkit:cnn1d:channels=4,layers=2", "--omega", "big", "--out", tmp_path / "x")
+    assert result.exit_code == 2
+    assert "--omega expects numbers" in result.output

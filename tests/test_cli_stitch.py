@@ -1,0 +1,96 @@
+"""`simkit stitch` end to end through typer's CliRunner: files, contract columns and keys, resume, errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from simkit.cli.main import app
+
+MODEL = "simkit:cnn2d:channels=4,layers=2"
+
+
+@pytest.fixture(scope="module")
+def data_spec(tmp_path_factory):
+    """Tiny labelled 8×8 images as .npy files (a data spec that loads without scikit-learn)."""
+    folder = tmp_path_factory.mktemp("data")
+    rng = np.random.default_rng(0)
+    x = rng.random((150, 1, 8, 8)).astype(np.float32)
+    y = (x[:, 0, :4].sum((1, 2)) > x[:, 0, 4:].sum((1, 2))).astype(np.int64)
+    np.save(folder / "x.npy", x)
+    np.save(folder / "y.npy", y)
+    return f"npy:{folder / 'x.npy'},labels={folder / 'y.npy'}"
+
+
+@pytest.fixture(scope="module")
+def common(data_spec):
+    return ["--data", data_spec, "--n", "120", "--steps", "4", "--iri-steps", "15", "--batch-size", "32"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, common):
+    out = tmp_path_factory.mktemp("stitch")
+    result = CliRunner().invoke(app, [
+        "stitch", MODEL, MODEL, *common, "--layer-a", "blocks.0,blocks.1", "--layer-b", "blocks.0,blocks.1",
+        "--objective", "hlm,fula", "--iri", "--seed", "1", "--out", str(out / "run"),
+        "--cache-dir", str(out / "cache")])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_cli_writes_the_contract(run_dir):
+    run = run_dir / "run"
+    table = pd.read_csv(run / "stitching.csv")
+    assert list(table.columns) == ["layer_a", "layer_b", "objective", "setting", "stitched_accuracy",
+                                   "b_accuracy", "penalty"]
+    assert len(table) == 2 * 2 * 2 and set(table.setting) == {"standard", "iri"}
+    data = json.loads((run / "result.json").read_text())
+    assert data["kind"] == "stitch"
+    summary = data["summary"]
+    for key in ("a_accuracy", "b_accuracy", "iri_relative_error_median", "mean_penalty_hlm_standard",
+                "mean_penalty_hlm_iri", "mean_penalty_fula_standard", "mean_penalty_fula_iri"):
+        assert key in summary and summary[key] is not None, key
+    html = (run / "report.html").read_text()
+    assert "Stitching penalty, iri stitching" in html and "IRI relative error" in html
+    assert "http://" not in html and "https://" not in html
+    assert len(list((run_dir / "cache").glob("iri-*.safetensors"))) == 2  # one per layer of A
+
+
+def test_cli_resume_reuses_checkpoints_and_iri_cache(run_dir, common):
+    run = run_dir / "run"
+    before = pd.read_csv(run / "stitching.csv")
+    result = CliRunner().invoke(app, [
+        "stitch", MODEL, MODEL, *common, "--layer-a", "blocks.0,blocks.1", "--layer-b", "blocks.0,blocks.1",
+        "--objective", "hlm,fula", "--iri", "--seed", "1", "--out", str(run), "--resume", "--no-report",
+        "--cache-dir", str(run_dir / "cache")])
+    assert result.exit_code == 0, result.output
+    pd.testing.assert_frame_equal(pd.read_csv(run / "stitching.csv"), before)
+    meta = json.loads((run / "result.json").read_text())["meta"]
+    assert {c["cache"] for c in meta["iri_cache"].values()} == {"hit"}
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--layer-a", "blocks.9", "--layer-b", "blocks.0"], "unknown layer of model A 'blocks.9'"),
+    (["--layer-a", "blocks.0", "--layer-b", "flatten"], "no stitch bridges A's map2d activations"),
+    (["--layer-a", "blocks.0", "--layer-b", "blocks.0", "--objective", "hlm,xent"], "unknown objective 'xent'"),
+    (["--layers", "deep"], "--layers takes only 'auto'"),
+])
+def test_cli_bad_input_exits_2_with_one_line(tmp_path, common, args, message):
+    result = CliRunner().invoke(app, ["stitch", MODEL, MODEL, *common, *args, "--out", str(tmp_path / "r"),
+                                      "--no-report", "--cache-dir", str(tmp_path / "c")])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not (tmp_path / "r" / "result.json").exists()
+
+
+def test_cli_layers_auto(tmp_path, common):
+    result = CliRunner().invoke(app, ["stitch", MODEL, MODEL, *common, "--layers", "auto", "--steps", "0",
+                                      "--objective", "dm", "--out", str(tmp_path / "r"), "--no-report"])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(tmp_path / "r" / "stitching.csv")
+    assert list(zip(table.layer_a, table.layer_b, strict=True)) == [("blocks.0", "blocks.0"),
+                                                                    ("blocks.1", "blocks.1")]

@@ -1,0 +1,94 @@
+"""The graft suite's experiments (E1, E2 arms, E3 cones, resume) on tiny models; F3 runs in test_cli_graft."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from simkit.errors import SimkitError
+from simkit.surgery.experiments import run_e1, run_e2, run_e3
+from simkit.surgery.tasks import SuiteSettings, make_task, markov_tokens
+
+TINY = dict(model="simkit:llama:d=16,blocks=2", steps=6, n=16, seq_len=8, batch_size=8, progress=False)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    s = SuiteSettings(**TINY).resolved()
+    return s, make_task(s)
+
+
+def test_e1_builtin_zero_mismatches_over_1600_values(tiny):
+    s, task = tiny
+    e1 = run_e1(task, s)
+    assert e1["gate"].tolist() == ["shadow", "net2net"]
+    assert (e1["values_compared"] >= 1600).all() and (e1["values_compared"] == 8 * 8 * 50).all()
+    assert (e1["mismatches"] == 0).all() and (e1["violations"] == 0).all()
+
+
+def test_e2_three_arms(tiny, tmp_path):
+    s, task = tiny
+    e2, arms, summary = run_e2(task, s, tmp_path, resume=False)
+    assert arms["arm"].tolist() == ["shadow", "net2net", "double_zero"]
+    assert arms["branch_first_grad_step"].tolist()[:2] == [2, 1] and arms["max_abs_branch_grad"].iloc[2] == 0
+    assert summary["e2_shadow_alpha_first_grad_step"] == 1
+    assert summary["e2_shadow_branch_first_grad_step"] == 2
+    assert summary["e2_net2net_branch_first_grad_step"] == 1
+    assert summary["e2_net2net_alpha_first_grad_step"] == 2
+    assert summary["e2_double_zero_max_abs_grad"] == 0.0
+    dz = e2[e2["arm"] == "double_zero"]
+    assert len(dz) == s.steps and (dz["alpha"] == 0).all() and (dz["undo_distance"] == 0).all()
+    shadow = e2[e2["arm"] == "shadow"].reset_index(drop=True)
+    # SGD without momentum: α after step 1 = −lr·∂L/∂α, so |α(2)| = lr·|grad(1)|
+    assert shadow.loc[0, "alpha"] == 0.0
+    np.testing.assert_allclose(abs(shadow.loc[1, "alpha"]), s.e2_lr * shadow.loc[0, "alpha_grad"], rtol=1e-5)
+    np.testing.assert_allclose(shadow["undo_distance"], shadow["alpha"].abs() * shadow["branch_norm"], rtol=1e-12)
+    # resume: finished arms are restored from their checkpoints and give the same table, bit for bit
+    again, _, _ = run_e2(task, s, tmp_path, resume=True)
+    pd.testing.assert_frame_equal(e2, again, check_exact=True)
+
+
+def test_e3_cone_shrinks_with_depth(tiny):
+    s, task = tiny
+    e3, summary = run_e3(task, s)
+    assert e3["site"].tolist() == ["embed", "blocks.0", "blocks.1"]
+    # grafted graph (placeholder excluded): embed, gate, blocks_0, blocks_1, pow, mean, add, rsqrt, mul,
+    # norm_weight, mul_1, head, output = 13 nodes; the cone is the gate and everything after the site
+    # except norm_weight (a get_attr that does not depend on the stream)
+    assert (e3["graph_nodes"] == 13).all()
+    assert e3["cone_nodes"].tolist() == [11, 10, 9]
+    assert (e3["mismatches"] == 0).all()
+    assert np.isfinite(summary["e3_cone_cost_correlation"]) and summary["e3_sites"] == 3
+
+
+def test_user_model_tasks(tmp_path):
+    s = SuiteSettings(model="simkit:cnn1d:channels=4,layers=2", data="synthetic:1x40", n=24, after="blocks.0",
+                      branch="conv", steps=4, progress=False).resolved()
+    task = make_task(s)
+    assert task.loss_kind == "mse_to_fixed_random_target"
+    x, target = task.data
+    assert target.shape == (24, 10) and torch.equal(target, make_task(s).data[1])  # fixed by the seed
+    e1 = run_e1(task, s)
+    assert (e1["mismatches"] == 0).all()
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).normal(size=(20, 1, 40)).astype(np.float32))
+    np.save(tmp_path / "y.npy", np.arange(20) % 10)
+    labelled = SuiteSettings(model=s.model, data=f"npy:{tmp_path / 'x.npy'},labels={tmp_path / 'y.npy'}",
+                             after="blocks.1", steps=4).resolved()
+    assert make_task(labelled).loss_kind == "cross_entropy" and labelled.branch == "mlp"
+
+
+def test_settings_errors():
+    with pytest.raises(SimkitError, match="--after is required with a MODEL"):
+        SuiteSettings(model="simkit:mlp").resolved()
+    with pytest.raises(SimkitError, match="--steps must be at least 4"):
+        SuiteSettings(steps=2).resolved()
+    with pytest.raises(SimkitError, match="--data is required with a MODEL"):
+        make_task(SuiteSettings(model="simkit:cnn1d", after="blocks.0").resolved())
+
+
+def test_markov_tokens_seeded_and_in_range():
+    a = markov_tokens(10, 12, 50, seed=3)
+    assert a.shape == (10, 12) and a.dtype == torch.int64 and 0 <= int(a.min()) and int(a.max()) < 50
+    assert torch.equal(a, markov_tokens(10, 12, 50, seed=3)) and not torch.equal(a, markov_tokens(10, 12, 50, 4))

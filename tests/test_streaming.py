@@ -1,0 +1,378 @@
+"""Streaming all-pairs accumulators (simkit.metrics.streaming) against float64 numpy references.
+
+The references below are written from the formulas of spec §0.1–0.4 with numpy only (Gram forms,
+explicit HSIC_1 trace formula), independent of simkit.metrics.cka / knn.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simkit.errors import SimkitError
+from simkit.metrics import streaming
+from simkit.metrics.streaming import make_accumulator
+
+# ------------------------------------------------------------------------------ numpy references
+
+
+def np_hsic_biased(k: np.ndarray, lg: np.ndarray) -> float:
+    n = len(k)
+    h = np.eye(n) - np.ones((n, n)) / n
+    return float(np.trace(k @ h @ lg @ h)) / (n - 1) ** 2
+
+
+def np_hsic_unbiased(k: np.ndarray, lg: np.ndarray) -> float:
+    """Song et al. (2012) HSIC_1, the explicit trace formula."""
+    n = len(k)
+    kt, lt = k.copy(), lg.copy()
+    np.fill_diagonal(kt, 0)
+    np.fill_diagonal(lt, 0)
+    one = np.ones(n)
+    val = (np.trace(kt @ lt) + (one @ kt @ one) * (one @ lt @ one) / ((n - 1) * (n - 2))
+           - 2.0 / (n - 2) * (one @ kt @ lt @ one))
+    return float(val / (n * (n - 3)))
+
+
+def np_rbf_gram(x: np.ndarray, factor: float = 1.0) -> np.ndarray:
+    d2 = ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
+    iu = np.triu_indices(len(x), 1)
+    sigma = factor * np.median(np.sqrt(d2[iu]))
+    return np.exp(-d2 / (2 * sigma**2))
+
+
+def np_gram(x: np.ndarray, kind: str, factor: float = 1.0) -> np.ndarray:
+    """RBF Gram, or the linear Gram of the column-centred data (HSIC is shift-invariant; centring first
+    keeps this float64 reference accurate for features with large means)."""
+    if kind == "rbf":
+        return np_rbf_gram(x, factor)
+    xc = x - x.mean(0)
+    return xc @ xc.T
+
+
+def np_cka(x, y, metric: str, factor: float = 1.0) -> float:
+    kind = "rbf" if metric == "rbf_cka" else "linear"
+    hsic = np_hsic_unbiased if metric == "unbiased_cka" else np_hsic_biased
+    k, lg = np_gram(x, kind, factor), np_gram(y, kind, factor)
+    return hsic(k, lg) / np.sqrt(hsic(k, k) * hsic(lg, lg))
+
+
+def np_minibatch_cka(x, y, metric: str, sizes: list[int], factor: float = 1.0) -> float:
+    """Nguyen et al.: mean of per-batch HSIC over batches, then the ratio (b<4 batches skipped by HSIC_1)."""
+    kind = "rbf" if metric == "rbf_cka" else "linear"
+    hsic = np_hsic_unbiased if metric == "unbiased_cka" else np_hsic_biased
+    least = 4 if metric == "unbiased_cka" else 2
+    sums = np.zeros(3)
+    start = 0
+    for b in sizes:
+        xs, ys = x[start:start + b], y[start:start + b]
+        start += b
+        if b < least:
+            continue
+        k, lg = np_gram(xs, kind, factor), np_gram(ys, kind, factor)
+        sums += [hsic(k, lg), hsic(k, k), hsic(lg, lg)]
+    return sums[0] / np.sqrt(sums[1] * sums[2])
+
+
+def np_mutual_knn(x, y, k: int) -> float:
+    def neighbours(z):
+        bound = np.quantile(np.abs(z), 0.95)
+        z = np.clip(z, -bound, bound)
+        z = z / np.linalg.norm(z, axis=1, keepdims=True)
+        s = z @ z.T
+        np.fill_diagonal(s, -np.inf)
+        return np.argsort(-s, axis=1)[:, :k]
+
+    a, b = neighbours(x), neighbours(y)
+    return float(np.mean([len(set(a[i]) & set(b[i])) for i in range(len(x))]) / k)
+
+
+def np_matrix(xa, xb, fn) -> np.ndarray:
+    return np.array([[fn(a, b) for b in xb] for a in xa])
+
+
+# ------------------------------------------------------------------------------------------ data
+
+
+def make_layers(n: int, seed: int = 0, dtype=np.float64):
+    """A: widths 1, 5, 40 (40 > n at small n; one with a large mean); B: widths 3, 50, related to A."""
+    rng = np.random.default_rng(seed)
+    a0 = rng.normal(size=(n, 1))
+    a1 = rng.normal(size=(n, 5)) + 300.0           # large mean: tests cancellation handling
+    a2 = np.tanh(rng.normal(size=(n, 40)))
+    b0 = a1[:, :3] @ rng.normal(size=(3, 3)) + 0.5 * rng.normal(size=(n, 3))
+    b1 = np.concatenate([a2, a0], 1) @ rng.normal(size=(41, 50)) + rng.normal(size=(n, 50)) - 7.0
+    return [z.astype(dtype) for z in (a0, a1, a2)], [z.astype(dtype) for z in (b0, b1)]
+
+
+def feed(acc, xa, xb, sizes):
+    start = 0
+    for b in sizes:
+        acc.update([torch.as_tensor(x[start:start + b]) for x in xa],
+                   [torch.as_tensor(y[start:start + b]) for y in xb])
+        start += b
+    return acc
+
+
+def dims(xs):
+    return [x.shape[1] for x in xs]
+
+
+def split_sizes(n: int, cuts: list[int]) -> list[int]:
+    points = sorted({c for c in cuts if 0 < c < n})
+    edges = [0, *points, n]
+    return [b - a for a, b in zip(edges[:-1], edges[1:], strict=True)]
+
+
+N = 23
+XA, XB = make_layers(N)
+REF = {m: np_matrix(XA, XB, lambda a, b, m=m: np_cka(a, b, m))
+       for m in ("linear_cka", "unbiased_cka", "rbf_cka")}
+REF["mutual_knn"] = np_matrix(XA, XB, lambda a, b: np_mutual_knn(a, b, 5))
+
+# ----------------------------------------------------------------------------------- exact mode
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cuts=st.lists(st.integers(1, N - 1), max_size=6))
+def test_exact_features_equal_one_shot_for_any_batching(cuts):
+    sizes = split_sizes(N, cuts)
+    acc = feed(make_accumulator(["linear_cka", "unbiased_cka"], "exact", dims(XA), dims(XB)), XA, XB, sizes)
+    assert {d["path"] for d in acc.describe().values()} == {"features"}
+    out = acc.compute()
+    for m in ("linear_cka", "unbiased_cka"):
+        np.testing.assert_allclose(out[m]["value"], REF[m], rtol=0, atol=1e-10)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cuts=st.lists(st.integers(1, N - 1), max_size=4))
+def test_exact_stored_paths_equal_one_shot_for_any_batching(cuts):
+    sizes = split_sizes(N, cuts)
+    metrics = ["linear_cka", "unbiased_cka", "rbf_cka", "mutual_knn"]
+    # a budget too small for the feature-space sums forces the stored Gram path for linear CKA
+    acc = make_accumulator(metrics, "exact", dims(XA), dims(XB), knn_k=5, memory_budget_bytes=40_000)
+    out = feed(acc, XA, XB, sizes).compute()
+    desc = acc.describe()
+    assert desc["linear_cka"]["path"] == "stored-gram" and "bytes" in desc["linear_cka"]["reason"]
+    assert desc["mutual_knn"]["path"] == "stored-knn"
+    for m in metrics:
+        rows = slice(1, None) if m == "mutual_knn" else slice(None)  # width 1 after normalising: all ties
+        np.testing.assert_allclose(out[m]["value"][rows], REF[m][rows], rtol=0, atol=1e-10, err_msg=m)
+
+
+def test_exact_edge_shapes_n4_p1():
+    xa, xb = make_layers(4, seed=3)
+    for budget in (2**30, 5_000):
+        acc = feed(make_accumulator(["linear_cka", "unbiased_cka"], "exact", dims(xa), dims(xb),
+                                    memory_budget_bytes=budget), xa, xb, [1, 3])
+        out = acc.compute()
+        for m in ("linear_cka", "unbiased_cka"):
+            ref = np_matrix(xa, xb, lambda a, b, m=m: np_cka(a, b, m))
+            np.testing.assert_allclose(out[m]["value"], ref, rtol=0, atol=1e-10)
+
+
+def test_exact_self_similarity_is_one():
+    acc = feed(make_accumulator(["linear_cka", "unbiased_cka"], "exact", dims(XA), dims(XA)), XA, XA, [10, 13])
+    for m in ("linear_cka", "unbiased_cka"):
+        np.testing.assert_allclose(np.diag(acc.compute()[m]["value"]), 1.0, atol=1e-12)
+
+
+# ------------------------------------------------------------------------------- minibatch mode
+
+
+@pytest.mark.parametrize("metric", ["linear_cka", "unbiased_cka", "rbf_cka"])
+def test_minibatch_equals_mean_of_hsic_reference(metric):
+    sizes = [8, 8, 5, 2]  # unequal sizes; the last batch is skipped by HSIC_1 (b < 4)
+    acc = make_accumulator([metric], "minibatch", dims(XA), dims(XB), rbf_factor=0.7)
+    feed(acc, XA, XB, sizes)
+    if metric == "unbiased_cka":
+        with pytest.warns(RuntimeWarning, match="skipped 1 batch"):
+            out = acc.compute()
+        assert acc.describe()[metric]["skipped_batches"] == 1
+    else:
+        out = acc.compute()
+    ref = np_matrix(XA, XB, lambda a, b: np_minibatch_cka(a, b, metric, sizes, 0.7))
+    np.testing.assert_allclose(out[metric]["value"], ref, rtol=0, atol=1e-10)
+    assert acc.describe()[metric] | {"path": "gram", "mode": "minibatch", "n": N} == acc.describe()[metric]
+
+
+def test_minibatch_differs_from_exact():
+    acc = feed(make_accumulator(["linear_cka"], "minibatch", dims(XA), dims(XB)), XA, XB, [8, 8, 7])
+    assert np.abs(acc.compute()["linear_cka"]["value"] - REF["linear_cka"]).max() > 1e-3
+
+
+def test_minibatch_unbiased_needs_a_batch_of_four():
+    acc = feed(make_accumulator(["unbiased_cka"], "minibatch", dims(XA), dims(XB)), XA, XB, [3] * 7 + [2])
+    with pytest.raises(SimkitError, match="at least 4 samples and got none; raise --batch-size"):
+        acc.compute()
+
+
+# --------------------------------------------------------------------------- splitting over ranks
+
+
+@pytest.mark.parametrize("mode", ["exact", "minibatch"])
+def test_state_of_two_halves_adds_up_to_the_whole(mode):
+    metrics = ["linear_cka", "unbiased_cka"] + (["rbf_cka"] if mode == "minibatch" else [])
+    kw = dict(null=3) if mode == "minibatch" else {}
+    sizes = [6, 6, 6, 5]
+
+    def build():
+        return make_accumulator(metrics, mode, dims(XA), dims(XB), **kw)
+
+    whole = feed(build(), XA, XB, sizes)
+    first, second = build(), build()
+    # rank 0 takes batches 0 and 2, rank 1 batches 1 and 3 (global batch indices seed the null)
+    starts = np.cumsum([0, *sizes])
+    for i, b in enumerate(sizes):
+        target = first if i % 2 == 0 else second
+        sl = slice(starts[i], starts[i] + b)
+        target.update([torch.as_tensor(x[sl]) for x in XA], [torch.as_tensor(y[sl]) for y in XB], batch_index=i)
+    if mode == "exact":  # rank 1 took its reference shift from another first batch: align it to rank 0's
+        assert not all(torch.equal(s, t) for s, t in zip(first.shifts(), second.shifts(), strict=True))
+        second.rebase(first.shifts())
+    for mine, theirs, full in zip(first.state(), second.state(), whole.state(), strict=True):
+        mine += theirs  # what all_reduce does, in place
+        np.testing.assert_allclose(mine.numpy(), full.numpy(), rtol=1e-12, atol=1e-9 * float(full.abs().max()))
+    got, want = first.compute(), whole.compute()
+    for m in metrics:
+        for key in want[m]:
+            np.testing.assert_allclose(got[m][key], want[m][key], rtol=0, atol=1e-10)
+
+
+def test_feature_path_merge_rebases_and_equals_whole():
+    metrics = ["linear_cka", "unbiased_cka"]
+    whole = feed(make_accumulator(metrics, "exact", dims(XA), dims(XB)), XA, XB, [5, 7, 11])
+    first = feed(make_accumulator(metrics, "exact", dims(XA), dims(XB)), [x[12:] for x in XA],
+                 [y[12:] for y in XB], [11])
+    second = feed(make_accumulator(metrics, "exact", dims(XA), dims(XB)), [x[:12] for x in XA],
+                  [y[:12] for y in XB], [5, 7])
+    got = first.merge(second).compute()
+    for m in metrics:
+        np.testing.assert_allclose(got[m]["value"], whole.compute()[m]["value"], rtol=0, atol=1e-10)
+        np.testing.assert_allclose(got[m]["value"], REF[m], rtol=0, atol=1e-10)
+
+
+def test_stored_paths_merge_equals_whole():
+    metrics = ["rbf_cka", "mutual_knn"]
+    whole = feed(make_accumulator(metrics, "exact", dims(XA), dims(XB), knn_k=5), XA, XB, [12, 11])
+    first = feed(make_accumulator(metrics, "exact", dims(XA), dims(XB), knn_k=5),
+                 [x[:12] for x in XA], [y[:12] for y in XB], [12])
+    second = feed(make_accumulator(metrics, "exact", dims(XA), dims(XB), knn_k=5),
+                  [x[12:] for x in XA], [y[12:] for y in XB], [11])
+    assert first.needs_gather and first.state() == []
+    got = first.merge(second).compute()
+    for m in metrics:
+        np.testing.assert_allclose(got[m]["value"], whole.compute()[m]["value"], atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------- null
+
+
+def related_and_independent(n: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 30))
+    related = x[:, :10] @ rng.normal(size=(10, 20)) + 2.0 * rng.normal(size=(n, 20))
+    independent = rng.normal(size=(n, 20))
+    return [x], [related, independent]
+
+
+@pytest.mark.parametrize("mode", ["exact", "minibatch"])
+@pytest.mark.parametrize("metric", ["linear_cka", "unbiased_cka", "mutual_knn"])
+def test_null_separates_real_from_independent(mode, metric):
+    xa, xb = related_and_independent(64)
+    acc = feed(make_accumulator([metric], mode, dims(xa), dims(xb), null=20, seed=1, knn_k=5),
+               xa, xb, [16] * 4)
+    out = acc.compute()[metric]
+    assert out["null"].shape == (20, 1, 2)
+    assert out["null_mean"].shape == out["null_p95"].shape == (1, 2)
+    np.testing.assert_allclose(out["null_mean"], out["null"].mean(0))
+    np.testing.assert_allclose(out["null_p95"], np.percentile(out["null"], 95, axis=0))
+    assert out["value"][0, 0] > out["null_p95"][0, 0]      # real relationship: above the null
+    assert out["value"][0, 1] <= out["null_p95"][0, 1]     # independent data: inside the null
+
+
+def test_exact_null_equals_recomputation_on_permuted_samples():
+    n, k = 20, 4
+    xa, xb = [XA[1][:n], XA[2][:n]], [XB[0][:n]]
+    metrics = ["linear_cka", "unbiased_cka", "rbf_cka", "mutual_knn"]
+    acc = feed(make_accumulator(metrics, "exact", dims(xa), dims(xb), null=k, seed=5, knn_k=3), xa, xb, [7, 13])
+    out = acc.compute()
+    perms = streaming._draw_perms(k, n, streaming._perm_generator(5, -1), "cpu").numpy()
+    for m in metrics:
+        fn = (lambda a, b: np_mutual_knn(a, b, 3)) if m == "mutual_knn" else (lambda a, b, m=m: np_cka(a, b, m))
+        ref = np.stack([np_matrix(xa, [y[p] for y in xb], fn) for p in perms])
+        np.testing.assert_allclose(out[m]["null"], ref, atol=1e-10, err_msg=m)
+
+
+def test_minibatch_null_permutes_within_each_batch():
+    sizes, k = [8, 8, 7], 3
+    acc = feed(make_accumulator(["unbiased_cka"], "minibatch", dims(XA), dims(XB), null=k, seed=2), XA, XB, sizes)
+    null = acc.compute()["unbiased_cka"]["null"]
+    perms = [streaming._draw_perms(k, b, streaming._perm_generator(2, i), "cpu").numpy()
+             for i, b in enumerate(sizes)]
+    starts = np.cumsum([0, *sizes])
+    for t in range(k):
+        order = np.concatenate([starts[i] + perms[i][t] for i in range(len(sizes))])
+        ref = np_matrix(XA, [y[order] for y in XB], lambda a, b: np_minibatch_cka(a, b, "unbiased_cka", sizes))
+        np.testing.assert_allclose(null[t], ref, atol=1e-10)
+
+
+# ------------------------------------------------------------------------------ float32 precision
+
+
+@pytest.mark.parametrize("mode", ["exact", "minibatch"])
+def test_float32_agrees_with_float64(mode):
+    xa, xb = make_layers(96, seed=4)
+    metrics = ["linear_cka", "unbiased_cka", "rbf_cka"]
+    out64 = feed(make_accumulator(metrics, mode, dims(xa), dims(xb)), xa, xb, [32] * 3).compute()
+    xa32, xb32 = [x.astype(np.float32) for x in xa], [y.astype(np.float32) for y in xb]
+    out32 = feed(make_accumulator(metrics, mode, dims(xa), dims(xb)), xa32, xb32, [32] * 3).compute()
+    for m in metrics:
+        np.testing.assert_allclose(out32[m]["value"], out64[m]["value"], rtol=0, atol=2e-5, err_msg=m)
+
+
+# -------------------------------------------------------------------------- constant layers, errors
+
+
+@pytest.mark.parametrize("mode", ["exact", "minibatch"])
+def test_constant_layer_gives_nan_and_a_warning_naming_it(mode):
+    xa = [XA[0], np.full((N, 4), 3.7)]
+    metrics = ["linear_cka", "unbiased_cka", "rbf_cka"]
+    acc = feed(make_accumulator(metrics, mode, dims(xa), dims(XB), names_a=["stem", "flat"]), xa, XB, [8, 8, 7])
+    with pytest.warns(RuntimeWarning, match="constant layer.*flat"):
+        out = acc.compute()
+    for m in metrics:
+        assert np.isnan(out[m]["value"][1]).all()
+        assert np.isfinite(out[m]["value"][0]).all()
+
+
+def test_bad_input_errors():
+    with pytest.raises(SimkitError, match="unknown metric 'cka'"):
+        make_accumulator(["cka"], "exact", [2], [2])
+    with pytest.raises(SimkitError, match="unknown mode 'full'; choose exact or minibatch"):
+        make_accumulator(["linear_cka"], "full", [2], [2])
+    with pytest.raises(SimkitError, match="null must be 0 or a positive number"):
+        make_accumulator(["linear_cka"], "exact", [2], [2], null=-1)
+    acc = make_accumulator(["linear_cka"], "exact", [2], [3])
+    with pytest.raises(SimkitError, match=r"inconsistent numbers of samples in one batch: \[4, 5\]"):
+        acc.update([torch.zeros(4, 2)], [torch.zeros(5, 3)])
+    with pytest.raises(SimkitError, match=r"model B layer 0 has shape \(4, 2\), expected \(b, 3\)"):
+        acc.update([torch.zeros(4, 2)], [torch.zeros(4, 2)])
+    small = feed(make_accumulator(["unbiased_cka"], "exact", [1], [1]), [XA[0][:3]], [XB[0][:3, :1]], [3])
+    with pytest.raises(SimkitError, match="unbiased CKA needs at least 4 samples, got 3"):
+        small.compute()
+    capped = make_accumulator(["rbf_cka"], "exact", dims(XA), dims(XB), max_stored_n=10)
+    feed(capped, [x[:8] for x in XA], [y[:8] for y in XB], [8])
+    with pytest.raises(SimkitError, match="exceed max_stored_n=10; use --mode minibatch"):
+        feed(capped, [x[8:16] for x in XA], [y[8:16] for y in XB], [8])
+
+
+def test_non_finite_sum_reaching_compute_names_the_layer():
+    xa = [XA[0].copy()]
+    xa[0][3, 0] = np.nan
+    acc = feed(make_accumulator(["linear_cka"], "exact", [1], dims(XB), names_a=["fc"]), xa, XB, [N])
+    with pytest.raises(SimkitError, match="non-finite activations .* layer fc of model A"):
+        acc.compute()

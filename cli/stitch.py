@@ -68,7 +68,7 @@ def stitch_command(
     iri_optimizer: Annotated[IRIOptimizer, typer.Option(
         "--iri-optimizer", help="sgd: x ← clamp(x − step·∇) (the spec's); adam: Adam on x.")] = IRIOptimizer.sgd,
     iri_step_size: Annotated[float, typer.Option("--iri-step-size", help="sgd step on the inputs.")] = 0.5,
-    iri_lr: Annotated[float, typer.Option("--iri-lr", help="adam learning rate on the inputs.")] = 0.01,
+    iri_lr: Annotated[float, typer.Option("--iri-lr", help="adam learning rate on the inputs.")] = 0.05,
     iri_batch_size: Annotated[int, typer.Option("--iri-batch-size", help="Inputs optimised together.")] = 256,
     cache_dir: Annotated[Path, typer.Option("--cache-dir", help="IRI cache directory.")] = Path("runs/.iri-cache"),
     n: NOpt = None,

@@ -6,8 +6,9 @@ Selectors (a comma string or a list; results in the model's module order, withou
   dotted part and ``**`` crosses dots (``layer*.?`` → ``layer1.0`` … ``layer4.1``, not
   ``layer2.0.downsample.0``; ``**.conv*`` → every ``conv*`` at any depth); ``[...]`` as in fnmatch;
 - ``type:ClassName`` (every module of that class, e.g. ``type:Conv2d``),
-- the preset ``blocks``: residual blocks (torchvision/timm ``BasicBlock``/``Bottleneck``) together
-  with the modules beside them on the way down (stem and head: 14 layers for ResNet-18); else
+- the preset ``blocks``: residual blocks (``RESIDUAL_BLOCKS``: torchvision/timm ``BasicBlock``,
+  ``Bottleneck``, ``InvertedResidual``, ...) together with the modules beside them on the way down
+  (stem and head: 14 layers for ResNet-18); else
   transformer layers (the children of a ModuleList/Sequential named ``layers``/``h``/``blocks``/``layer``
   that hold an attention module); else the ``blocks.*`` of the simkit zoo; else the top-level children.
 
@@ -38,7 +39,10 @@ from simkit.errors import SimkitError, closest, unknown_name_error
 REDUCTIONS = ("auto", "flatten", "mean", "cls", "last")
 LAYOUTS = ("channels", "tokens")
 LAYERS_HINT = "run `simkit layers MODEL` to list them"
-RESIDUAL_BLOCKS = ("BasicBlock", "Bottleneck")
+# Residual building blocks by class name (torchvision and timm): ResNet/ResNeXt, MobileNet, EfficientNet,
+# RegNet, ConvNeXt, Swin.
+RESIDUAL_BLOCKS = ("BasicBlock", "Bottleneck", "InvertedResidual", "MBConv", "FusedMBConv",
+                   "ResBottleneckBlock", "CNBlock", "SwinTransformerBlock", "SwinTransformerBlockV2")
 SEQUENCE_CONTAINERS = ("layers", "h", "blocks", "layer")
 
 
@@ -182,30 +186,38 @@ def resolve_layers(model: nn.Module, selector: str | Sequence[str]) -> list[str]
 # -------------------------------------------------------------------------------------------- reductions
 
 def select_output(output: Any, output_index: int | str | None = None, layer: str = "") -> Tensor:
-    """The tensor inside a module's output: itself, ``output[index]``, or by default the first tensor
-    of a tuple/list and ``last_hidden_state`` (else the first tensor value) of a dict-like output."""
-    if isinstance(output, Tensor) and output_index is None:
+    """The tensor inside a module's output.
+
+    ``output_index`` None: the output itself, the first tensor of a tuple/list, ``last_hidden_state``
+    (else the first tensor value) of a dict-like output. An int: that position (of a dict's values
+    too). A string: a key, or a dotted path of keys and positions (``"hidden_states.3"``); digit parts
+    are positions unless the dict has that key.
+    """
+    if output_index is None and isinstance(output, Tensor):  # the common case, first
         return output
-    if isinstance(output_index, str) and output_index.lstrip("-").isdigit() \
-            and not (isinstance(output, Mapping) and output_index in output):
-        output_index = int(output_index)  # "1" from the command line means position 1
-    try:
-        if output_index is not None:
-            if isinstance(output, Mapping):
-                picked = output[output_index] if isinstance(output_index, str) else \
-                    list(output.values())[output_index]
-            else:
-                picked = output[output_index]
-        elif isinstance(output, Mapping):
+    if output_index is None:
+        if isinstance(output, Mapping):
             picked = output["last_hidden_state"] if "last_hidden_state" in output else \
-                next(v for v in output.values() if isinstance(v, Tensor))
+                next((v for v in output.values() if isinstance(v, Tensor)), None)
         elif isinstance(output, list | tuple):
-            picked = next(v for v in output if isinstance(v, Tensor))
+            picked = next((v for v in output if isinstance(v, Tensor)), None)
         else:
             picked = output
-    except (KeyError, IndexError, TypeError, StopIteration):
-        raise SimkitError(f"layer {layer!r}: output index {output_index!r} does not select a tensor from "
-                          f"its {type(output).__name__} output; choose a valid index or key") from None
+    else:
+        parts = output_index.split(".") if isinstance(output_index, str) else [output_index]
+        picked = output
+        try:
+            for part in parts:
+                if isinstance(picked, Mapping):
+                    if part in picked:
+                        picked = picked[part]
+                    else:
+                        picked = list(picked.values())[int(part)]
+                else:
+                    picked = picked[int(part)]
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise SimkitError(f"layer {layer!r}: output index {output_index!r} does not select a tensor "
+                              f"from its {type(output).__name__} output; choose a valid index or key") from None
     if not isinstance(picked, Tensor):
         raise SimkitError(f"layer {layer!r} outputs {type(picked).__name__}, not a tensor; choose another "
                           "layer or an --output-index")

@@ -14,8 +14,10 @@
                               ``(inputs, labels)`` pair or a dict with ``inputs`` (and ``labels``)
 ``imagefolder:DIR``           one sub-folder per class, RGB in [0, 1]; option ``size=S`` (resize the short
                               side to S, centre-crop S×S); a seeded shuffle before ``n`` caps it
-``text:FILE``                 one text a line, tokenised by ``tokenizer="hf:DIR"`` (needs transformers);
-                              option ``max_length=L`` (default 128); inputs = {input_ids, attention_mask}
+``text:FILE``                 one text a line, tokenised by ``tokenizer="hf:DIR"`` (needs transformers)
+                              or ``"bytes"`` (UTF-8 bytes, vocab 256, offline); options ``tokenizer=...``
+                              (same values, so any command's --data can name it) and ``max_length=L``
+                              (default 128); inputs = {input_ids, attention_mask} (n, L), right-padded
 ============================  ==========================================================================
 
 Options follow the path after commas: ``npy:x.npy,labels=y.npy``, ``imagefolder:imgs,size=64``.
@@ -101,6 +103,11 @@ class Dataset:
         keeps ``test``."""
         if isinstance(index, slice):
             start, stop, step = index.indices(len(self))
+            if step == 1 and self._inputs is None:  # stays lazy: a shifted window of the generator
+                stop = max(start, stop)
+                return Dataset(None, None if self.labels is None else self.labels[start:stop], self.spec,
+                               self.test, self.info, length=stop - start,
+                               generate=lambda a, b: self._generate(start + a, start + b))
             if step == 1:
                 inputs = self.rows(start, max(start, stop))
             else:
@@ -486,24 +493,45 @@ def _rgb(path: str):
 
 
 def _text(*, spec, target, options, n, seed, tokenizer) -> Dataset:
-    _no_options(spec, options, ("max_length",))
+    _no_options(spec, options, ("max_length", "tokenizer"))
     path = _existing(spec, target, "file")
+    tokenizer = options.get("tokenizer", tokenizer)
     if tokenizer is None:
-        raise SimkitError(f"data {spec!r} needs a tokenizer: pass tokenizer='hf:DIR' "
-                          "(a local Hugging Face model directory)")
-    from simkit.models.loading import hf_tokenizer
-
-    tok = hf_tokenizer(tokenizer)
+        raise SimkitError(f"data {spec!r} needs a tokenizer: pass tokenizer='hf:DIR' (a local Hugging Face "
+                          "model directory) or 'bytes', or write text:FILE,tokenizer=hf:DIR")
     lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     if not lines:
         raise SimkitError(f"data {spec!r}: {str(path)!r} has no non-empty lines")
     if n is not None:
         lines = lines[:n]
-    max_length = int(options.get("max_length", 128))
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token if tok.eos_token is not None else tok.unk_token
-    enc = tok(lines, padding="longest", truncation=True, max_length=max_length, return_tensors="pt")
-    inputs = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
-    info = {"input_shape": (enc["input_ids"].shape[1],), "num_classes": None, "tokenizer": tokenizer,
-            "vocab_size": len(tok), "source": "text"}
+    try:
+        max_length = int(options.get("max_length", 128))
+    except ValueError:
+        raise SimkitError(f"data spec {spec!r}: max_length must be an integer") from None
+    if tokenizer == "bytes":
+        input_ids, attention_mask, vocab = _byte_tokens(lines, max_length)
+    else:
+        from simkit.models.loading import hf_tokenizer
+
+        tok = hf_tokenizer(tokenizer)
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token if tok.eos_token is not None else tok.unk_token
+        enc = tok(lines, padding="longest", truncation=True, max_length=max_length, return_tensors="pt")
+        input_ids, attention_mask, vocab = enc["input_ids"], enc["attention_mask"], len(tok)
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+    info = {"input_shape": (input_ids.shape[1],), "num_classes": None, "tokenizer": tokenizer,
+            "vocab_size": vocab, "source": "text"}
     return Dataset(inputs, None, spec, None, info)
+
+
+def _byte_tokens(lines: list[str], max_length: int) -> tuple[Tensor, Tensor, int]:
+    """UTF-8 bytes as token ids (vocab 256), right-padded with 0 to the longest line:
+    input_ids (n, L) int64, attention_mask (n, L) int64."""
+    rows = [list(line.encode("utf-8"))[:max_length] for line in lines]
+    width = max(len(row) for row in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, :len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[i, :len(row)] = 1
+    return ids, mask, 256

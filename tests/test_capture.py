@@ -107,6 +107,8 @@ def test_selectors(resnet):
     assert resolve_layers(resnet, "**.downsample.0") == ["layer2.0.downsample.0", "layer3.0.downsample.0",
                                                           "layer4.0.downsample.0"]
     assert len(resolve_layers(resnet, "type:BasicBlock")) == 8
+    mobilenet = resolve_layers(load_model("torchvision:mobilenet_v2"), "blocks")
+    assert mobilenet == [f"features.{i}" for i in range(19)] + ["classifier"]
     zoo = load_model("simkit:cnn2d:layers=2")
     assert resolve_layers(zoo, "blocks") == ["blocks.0", "blocks.1"]
     plain = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
@@ -191,6 +193,9 @@ def test_tuple_and_dict_outputs_with_index():
     with pytest.raises(SimkitError, match="layer 'tuple_out' outputs tuple, not a tensor"), \
             capture(model, "tuple_out", output_index="hidden_states"):
         model(ids)
+    with capture(model, "tuple_out", output_index="hidden_states.1") as cap:  # a dotted path
+        model(ids)
+        assert torch.equal(cap.pop()["tuple_out"], 2 * expected.reshape(2, -1))
     for index in (0, "0"):  # "0" as the command line passes it
         with capture(model, "tuple_out", output_index=index) as cap:
             model(ids)

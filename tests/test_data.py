@@ -7,6 +7,8 @@ import random
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simkit.data import Dataset, load_data, parse_spec
 from simkit.errors import SimkitError
@@ -100,6 +102,9 @@ def test_synthetic_seeded_lazy_and_batch_size_independent():
     for size in (1, 3, 10, 64):
         assert torch.equal(torch.cat(list(b.batches(size))), full)
     assert torch.equal(a.take(torch.tensor([7, 2])).inputs, full[[7, 2]])
+    window = load_data("synthetic:3x4x4", n=10, seed=1).take(slice(3, 8))
+    assert window.is_lazy and len(window) == 5 and torch.equal(window.rows(1, 3), full[4:6])
+    assert torch.equal(window.inputs, full[3:8])
     assert torch.equal(load_data("synthetic:3x4x4", n=4, seed=1).inputs, full[:4])  # prefix-stable
     assert len(load_data("synthetic:8")) == 1024
     assert abs(float(load_data("synthetic:1000", n=4).inputs.std()) - 1.0) < 0.05
@@ -128,6 +133,17 @@ def test_text_needs_tokenizer(tmp_path):
     path.write_text("hello\nworld\n")
     with pytest.raises(SimkitError, match="needs a tokenizer: pass tokenizer='hf:DIR'"):
         load_data(f"text:{path}")
+    with pytest.raises(SimkitError, match="is not a local directory; simkit never downloads"):
+        load_data(f"text:{path},tokenizer=hf:gpt2")
+
+
+def test_text_bytes_tokenizer(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("hi\n\nhé there\nx\n", encoding="utf-8")
+    data = load_data(f"text:{path},tokenizer=bytes,max_length=4", n=2)
+    assert data.inputs["input_ids"].tolist() == [[104, 105, 0, 0], [104, 0xC3, 0xA9, 32]]
+    assert data.inputs["attention_mask"].tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
+    assert data.info["vocab_size"] == 256 and len(data) == 2 and data.labels is None
     with pytest.raises(SimkitError, match="is not a local directory; simkit never downloads"):
         load_data(f"text:{path}", tokenizer="hf:gpt2")
 
@@ -203,3 +219,17 @@ def test_bad_n_and_label_mismatch(tmp_path):
     np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
     with pytest.raises(SimkitError, match="cannot read .* as a .npy array"):
         load_data(f"npy:{tmp_path}/obj.npy")
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 12), st.integers(1, 15), st.integers(0, 11), st.integers(0, 12))
+def test_batches_rows_and_windows_agree(n, batch_size, start, stop):
+    """Lazy and eager datasets stream, slice and window the same samples."""
+    lazy = load_data("synthetic:2x3", n=n, seed=3)
+    eager = Dataset(lazy.rows(0, n), torch.arange(n), "mem")
+    full = eager.inputs
+    assert torch.equal(torch.cat(list(lazy.batches(batch_size))), full)
+    assert torch.equal(torch.cat(list(eager.batches(batch_size))), full)
+    assert torch.equal(lazy.take(slice(start, stop)).inputs, full[start:stop])
+    window = eager.take(slice(start, stop))
+    assert torch.equal(window.inputs, full[start:stop]) and torch.equal(window.labels, torch.arange(n)[start:stop])

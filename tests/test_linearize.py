@@ -279,6 +279,12 @@ def test_runner_tables_and_resume(tmp_path):
     labels = [f"{g} ω={w:g}" for g, w in zip(runs["granularity"], runs["omega"], strict=True)]
     assert runs["nonlinear_fraction"].tolist() == pytest.approx((weighted["w"] / weighted["channels"])[labels].tolist())
     assert set(result.tables["cka"]["run"]) == set(layers["run"])
+    result.meta["model"] = "<script>alert(1)</script>"
+    from simkit.report import render_html
+
+    html = render_html(result)
+    assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)" in html
+    assert "Accuracy against NAPL" in html and html.count("<svg") >= 3 and 'src="http' not in html
     again = run_linearization(Mixed(), data, train_epochs=1, resume=True, **kwargs)
     cols = ["napl", "nonlinear_fraction", "accuracy", "steps"]
     assert again.tables["runs"][cols].equals(runs[cols])

@@ -150,6 +150,30 @@ def test_pickled_module_needs_trust(tmp_path):
         load_model(f"file:{tmp_path}/whole.pt,arch=simkit:mlp")
 
 
+def test_sidecar_naming_python_code_needs_trust(tmp_path, monkeypatch):
+    fake = types.ModuleType("simkit_test_arch")
+    fake.build = lambda: nn.Linear(2, 2)
+    monkeypatch.setitem(sys.modules, "simkit_test_arch", fake)
+    model = load_model("python:simkit_test_arch:build")
+    path = save_model(model, tmp_path / "m", "python:simkit_test_arch:build")
+    with pytest.raises(SimkitError, match=r"which imports and runs Python code; pass --trust"):
+        load_model(f"file:{path}")
+    assert _same_state(model, load_model(f"file:{path}", trust=True))
+    (tmp_path / "m.safetensors.json").write_text("[1]")
+    with pytest.raises(SimkitError, match="is not a simkit model sidecar"):
+        load_model(f"file:{path}")
+
+
+def test_python_callable_from_working_directory(tmp_path, monkeypatch):
+    (tmp_path / "simkit_cwd_models.py").write_text(
+        "from torch import nn\n\ndef build(width=2):\n    return nn.Linear(3, width)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    model = load_model("python:simkit_cwd_models:build:width=5")
+    assert model.out_features == 5 and str(tmp_path) not in sys.path
+    sys.modules.pop("simkit_cwd_models", None)
+
+
 def test_python_callable(monkeypatch):
     fake = types.ModuleType("simkit_test_factory")
     fake.build = lambda width=3: nn.Linear(2, width)

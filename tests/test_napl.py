@@ -155,3 +155,10 @@ class Branchy(nn.Module):
 def test_untraceable_model_is_an_error():
     with pytest.raises(SimkitError, match="cannot trace Branchy with torch.fx"):
         path_lengths(Branchy())
+
+
+def test_opaque_torch_modules_warn():
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.GRU(4, 4))
+    with pytest.warns(RuntimeWarning, match="2 \\(GRU\\) is one torch.fx node"):
+        stats = path_lengths(model)
+    assert stats.napl == pytest.approx(1.0)

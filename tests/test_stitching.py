@@ -415,3 +415,33 @@ def test_resume_restores_finished_stitches_without_training(tmp_path, monkeypatc
     second = run_stitching(a, b, data, resume=True, **kwargs)
     assert first.to_frame().equals(second.to_frame())
     assert first.tables["training"].final_loss.tolist() == second.tables["training"].final_loss.tolist()
+
+
+# -------------------------------------------------------------------------------------------- report
+
+
+def test_report_renders_hand_made_result_and_escapes_names():
+    import pandas as pd
+
+    from simkit.report import render_html
+    from simkit.report.stitch import penalty_frames
+    from simkit.stitching.runner import StitchResult
+
+    rows = [{"layer_a": la, "layer_b": "<b>evil</b>", "objective": obj, "setting": setting,
+             "stitched_accuracy": 0.5, "b_accuracy": 0.9, "penalty": pen}
+            for la, pen in (("l1", 0.1), ("l2", 0.4)) for obj in ("dm", "fula")
+            for setting in ("standard", "iri")]
+    result = StitchResult(
+        summary={"a_accuracy": 0.9, "b_accuracy": 0.9, "iri_relative_error_median": 0.04},
+        tables={"stitching": pd.DataFrame(rows)},
+        meta={"model_a": "<script>alert(1)</script>", "model_b": "b", "iri": {"tol": 0.05}},
+        extra={"iri_histograms": {"l1": {"log10_edges": [-3, -2, -1], "counts": [3, 5]}},
+               "iri_examples": {"l1": {"original": [[[0.0, 1.0]]], "iri": [[[0.1, 0.9]]], "seed": [None],
+                                       "rel_error": [0.03], "shape": [1, 2]}}})
+    frames = penalty_frames(result.tables["stitching"])
+    assert list(frames) == ["standard", "iri"]
+    assert frames["iri"].loc["fula"].tolist() == [0.1, 0.4]
+    html = render_html(result)
+    assert "<script>alert(1)</script>" not in html and "&lt;script&gt;" in html
+    assert "<b>evil</b>" not in html
+    assert html.count("<svg") >= 2 and "IRIs beside their originals at l1" in html

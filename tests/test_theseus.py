@@ -362,6 +362,16 @@ def test_attention_to_rnn_converts_a_causal_lm():
     data = Dataset(_token_data(96, 0), None, "tokens", test=test)
     plan = attention_to_rnn(guide)
     assert [r.guide for r in plan.replacements] == ["blocks.0", "blocks.1"]
+    # aligned on the residual branch: the cache holds block(x) − x, not the residual stream
+    slots, head = resolve_plan(plan, guide, lambda m: m(data.inputs[:4]))
+    assert head == "head" and [s.align for s in slots] == ["delta", "delta"]
+    cache = guide_cache(guide, slots, data.inputs[:8], 4)
+    with torch.no_grad():
+        h0 = guide.embed(data.inputs[:8])
+        h1 = guide.blocks[0](h0)
+        expected = [h1 - h0, guide.blocks[1](h1) - h1]
+    for got, want in zip(cache.outputs, expected, strict=True):
+        torch.testing.assert_close(got, want)
     result = run_conversion(guide, data, recipe="attention-to-rnn", steps_per_stage=3, train_guide=1,
                             **{**QUICK, "baselines": ["scratch", "kd"], "batch_size": 32})
     for key in ("guide_perplexity", "converted_perplexity", "scratch_perplexity", "kd_perplexity"):

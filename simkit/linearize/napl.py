@@ -15,6 +15,9 @@ the distribution of path lengths from the inputs to that node:
 - shape queries (``x.size(0)``, ``x.shape``, ``x.dim()``) and anything computed only from them,
   constants (``torch.zeros_like(x)``, ``x.new_zeros(...)``) and parameters carry no path, so ``x.view(x.size(0), -1)`` is not a merge.
 
+torch.nn modules that fx keeps whole but that hide nonlinearities (Transformer layers, RNNs, attention)
+count as linear, with a warning naming them.
+
 NAPL is the mean of the output's distribution; a plain network gives Σ p_l and n residual blocks
 with one activation each give Binomial(n, ½). The *unnormalised* average path length (APL) weighs
 every distinct input-to-output path equally instead of halving at each merge (merged branches are
@@ -25,6 +28,7 @@ branches carry different numbers of paths.
 from __future__ import annotations
 
 import builtins
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +49,9 @@ ACTIVATION_FUNCTIONS = set(RELU_FUNCTIONS) | {
     F.relu6, F.gelu, F.silu, F.elu, F.selu, F.celu, F.softplus, F.mish, F.hardswish, F.hardsigmoid,
     F.hardtanh, F.leaky_relu, F.glu, torch.tanh, torch.sigmoid, F.tanh, F.sigmoid}
 ACTIVATION_METHODS = set(RELU_METHODS) | {"tanh", "sigmoid", "tanh_", "sigmoid_"}
+# torch.nn modules that fx keeps as one node although they contain nonlinearities of their own
+OPAQUE_MODULES = (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer, nn.TransformerEncoder,
+                  nn.TransformerDecoder, nn.Transformer, nn.RNNBase, nn.MultiheadAttention)
 SHAPE_METHODS = {"size", "dim", "numel", "nelement", "stride", "type", "get_device", "is_contiguous",
                  "is_floating_point", "element_size", "ndimension"}
 SHAPE_ATTRIBUTES = {"shape", "ndim", "dtype", "device", "is_cuda", "requires_grad"}
@@ -211,6 +218,9 @@ def path_lengths(model: nn.Module, example=None) -> PathLengths:
         dist = _mix([normalised[n] for n in inputs], [1.0] * len(inputs))
         counts = [counted[n][1] for n in inputs]
         apl_dist = _mix([counted[n][0] for n in inputs], counts)
+        if node.op == "call_module" and isinstance(gm.get_submodule(node.target), OPAQUE_MODULES):
+            warnings.warn(f"{node.target} ({type(gm.get_submodule(node.target)).__name__}) is one torch.fx node; "
+                          "the nonlinearities inside it are not counted in NAPL", RuntimeWarning, stacklevel=2)
         found = _activation_p(node, gm)
         if found is not None:
             p, channels = found

@@ -83,6 +83,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from simkit import distributed
 from simkit.errors import SimkitError
 from simkit.metrics.cka import center_gram, u_center_gram
 from simkit.metrics.knn import clamp_normalize, knn_indices
@@ -99,6 +100,13 @@ CONSTANT_RTOL = 1e-12
 # ------------------------------------------------------------------------------------------ helpers
 
 
+def _own(t: Tensor) -> Tensor:
+    """``t`` detached, copied only when it is a view into a larger buffer (which storing would keep)."""
+    t = t.detach()
+    whole = t.is_contiguous() and t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    return t if whole else t.clone()
+
+
 def _compute_dtype(t: Tensor) -> torch.dtype:
     """The dtype per-batch products run in: the activations' dtype, half types upcast to float32."""
     return t.dtype if t.dtype in (torch.float32, torch.float64) else torch.float32
@@ -110,10 +118,15 @@ def _segments(dims: Sequence[int], device: torch.device | None = None) -> Tensor
 
 
 def _segsum(t: Tensor, seg: Tensor, count: int, dim: int) -> Tensor:
-    """Sum ``t`` over the column groups ``seg`` along ``dim``: that axis shrinks to ``count``."""
-    shape = list(t.shape)
-    shape[dim] = count
-    return torch.zeros(shape, dtype=t.dtype, device=t.device).index_add_(dim, seg, t)
+    """Sum ``t`` (1-D or 2-D) over the groups ``seg`` along ``dim``: that axis shrinks to ``count``.
+
+    A product with the one-hot ``(len(seg), count)`` matrix (``index_add_`` along columns is slow on CPU).
+    """
+    onehot = torch.zeros(len(seg), count, dtype=t.dtype, device=t.device)
+    onehot[torch.arange(len(seg), device=t.device), seg] = 1.0
+    if dim == 0:
+        return onehot.T @ t
+    return t @ onehot
 
 
 def _check_batch(acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], dims_a: list[int],
@@ -401,6 +414,72 @@ def feature_path_bytes(dims_a: Sequence[int], dims_b: Sequence[int], itemsize: i
         + 16 * max(dims_a) * q + 16 * (p + q) * (len(dims_a) + len(dims_b) + 2)
 
 
+def _shift_sums(s: dict[str, Tensor], c: Tensor, dx: Tensor, dy: Tensor, dims_a: list[int],
+                dims_b: list[int], seg_a: Tensor, seg_b: Tensor) -> tuple[Tensor, Tensor]:
+    """Re-reference the feature-path sums ``s`` (taken about shifts c_x, c_y) to ``c_x − dx, c_y − dy``.
+
+    In place on every entry of ``s`` except ``"cross"``; ``c`` (P, Q) is the float64 cross sum
+    ``Σ x' y'ᵀ`` (read only). Returns ``(U (P, 2), V (2, Q))``: the new cross sum is ``c + U @ V``.
+    Exact algebra in float64 with x'' = x' + δ, y'' = y' + ε (u = x'·δ, v = y'·ε per layer).
+    """
+    la, lb = len(dims_a), len(dims_b)
+    n = float(s["n"].item())
+    dd_x, dd_y = _segsum(dx * dx, seg_a, la, 0), _segsum(dy * dy, seg_b, lb, 0)
+    sx, sy, tx, ty = s["sx"].clone(), s["sy"].clone(), s["tx"].clone(), s["ty"].clone()
+    su_x, su_y = _segsum(sx * dx, seg_a, la, 0), _segsum(sy * dy, seg_b, lb, 0)   # Σ_r u, Σ_r v
+    cy = torch.empty(len(dx), lb, dtype=torch.float64, device=dx.device)         # Σ_r x'_r v_r
+    start = 0
+    for j, w in enumerate(dims_b):
+        cy[:, j] = c[:, start:start + w] @ dy[start:start + w]
+        start += w
+    cx = torch.empty(len(dy), la, dtype=torch.float64, device=dx.device)         # Σ_r y'_r u_r
+    start = 0
+    for i, w in enumerate(dims_a):
+        cx[:, i] = c[start:start + w].T @ dx[start:start + w]
+        start += w
+    quad = _segsum(dx[:, None] * cy, seg_a, la, 0)                                 # Σ_r u v
+    a_v = _segsum(dy[:, None] * s["y_rx"], seg_b, lb, 0).T                         # Σ_r ‖x'‖² v
+    u_b = _segsum(dx[:, None] * s["x_ry"], seg_a, la, 0)                           # Σ_r u ‖y'‖²
+    su2_x, sdx = _self_products(s["self_x"], dims_a, dx)
+    su2_y, sdy = _self_products(s["self_y"], dims_b, dy)
+    au_x = _segsum(dx * s["x_rx"], seg_a, la, 0)
+    au_y = _segsum(dy * s["y_ry"], seg_b, lb, 0)
+    tx_new, ty_new = tx + 2 * su_x + n * dd_x, ty + 2 * su_y + n * dd_y
+    s["rr_xy"].add_(2 * a_v + dd_y[None, :] * tx[:, None] + 2 * u_b + 4 * quad
+                    + 2 * dd_y[None, :] * su_x[:, None] + dd_x[:, None] * ty[None, :]
+                    + 2 * dd_x[:, None] * su_y[None, :] + n * dd_x[:, None] * dd_y[None, :])
+    s["rr_xx"].add_(4 * au_x + 2 * dd_x * tx + 4 * su2_x + 4 * dd_x * su_x + n * dd_x * dd_x)
+    s["rr_yy"].add_(4 * au_y + 2 * dd_y * ty + 4 * su2_y + 4 * dd_y * su_y + n * dd_y * dd_y)
+    s["x_ry"].add_(2 * cy + sx[:, None] * dd_y[None, :] + dx[:, None] * ty_new[None, :])
+    s["y_rx"].add_(2 * cx + sy[:, None] * dd_x[None, :] + dy[:, None] * tx_new[None, :])
+    s["x_rx"].add_(2 * sdx + dd_x[seg_a] * sx + dx * tx_new[seg_a])
+    s["y_ry"].add_(2 * sdy + dd_y[seg_b] * sy + dy * ty_new[seg_b])
+    for key, dims, d, sums in (("self_x", dims_a, dx, sx), ("self_y", dims_b, dy, sy)):
+        start = off = 0
+        for w in dims:  # S'' = S + Σx' δᵀ + δ Σx'ᵀ + n δδᵀ as one rank-2 product
+            sl = slice(start, start + w)
+            s[key][off:off + w * w].view(w, w).addmm_(torch.stack([sums[sl], d[sl]], 1),
+                                                       torch.stack([d[sl], sums[sl] + n * d[sl]], 0))
+            start, off = start + w, off + w * w
+    s["sx"].add_(n * dx)
+    s["sy"].add_(n * dy)
+    s["tx"].copy_(tx_new)
+    s["ty"].copy_(ty_new)
+    return torch.stack([sx, dx], 1), torch.stack([dy, sy + n * dy], 0)
+
+
+def _self_products(blocks: Tensor, dims: list[int], d: Tensor) -> tuple[Tensor, Tensor]:
+    """Per layer ``δᵀ S δ`` ``(L,)`` and the stacked ``S δ`` ``(P,)`` from flattened self blocks."""
+    quads, prods = [], []
+    start = off = 0
+    for w in dims:
+        v = blocks[off:off + w * w].view(w, w) @ d[start:start + w]
+        prods.append(v)
+        quads.append(d[start:start + w] @ v)
+        start, off = start + w, off + w * w
+    return torch.stack(quads), torch.cat(prods)
+
+
 class _FeaturePart:
     """Exact linear and unbiased CKA of all pairs from streamed feature-space sums (memory ∝ P·Q)."""
 
@@ -428,57 +507,60 @@ class _FeaturePart:
         self.dtype: torch.dtype | None = None
         self.needs_gather = False
 
-    def _side(self, acts: Sequence[Tensor], side: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """Concatenate one model's layers, centre them on the batch mean and add this side's own sums.
+    def _side(self, acts: Sequence[Tensor], side: str, bs: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """Concatenate one model's layers, centre them on the batch mean, put this side's sums in ``bs``.
 
-        Sums are taken about the reference shift ``c`` (the first batch's mean). The batch-centred
-        ``x̃ = x − m`` (compute dtype) feeds the float32 products; ``x − c = x̃ + (m − c)`` is formed in
-        float64 for the rest. Returns (x̃ (b, P), Σx̃ (P,) float64, δ = m − c (P,), x − c (b, P) float64,
-        row norms² about c (b, L) float64).
+        The batch's sums are taken about its own mean ``m``: the batch-centred ``x̃ = x − m`` (compute
+        dtype) feeds the float32 products, ``x̃`` in float64 the rest, so they depend on the batch alone.
+        Returns (x̃ (b, P) compute dtype, x̃ (b, P) float64, δ = m − c (P,) float64: the shift to apply).
         """
         seg, dims = (self.seg_a, self.dims_a) if side == "x" else (self.seg_b, self.dims_b)
         dtype = torch.float64 if any(a.dtype == torch.float64 for a in acts) else torch.float32
         x = torch.cat([a.detach().to(dtype) for a in acts], 1)
-        b = x.shape[0]
         mean = x.mean(0, dtype=torch.float64).to(dtype)  # exact for a constant column
         xt = x - mean
         if self.shift[side] is None:
             self.dtype = dtype
             self.shift[side] = mean.double()
-        delta = mean.double() - self.shift[side]
-        st = xt.sum(0, dtype=torch.float64)
-        xs = xt.double() + delta
-        rows = _segsum(xs * xs, seg, len(dims), 1)
-        s = self.s
-        s["s" + side].add_(st + b * delta)
-        s["t" + side].add_(rows.sum(0))
-        s[f"rr_{side}{side}"].add_((rows * rows).sum(0))
-        s[f"{side}_r{side}"].add_((xs * rows[:, seg]).sum(0))
-        blocks = s["self_" + side]
+        xd = xt.double()
+        rows = _segsum(xd * xd, seg, len(dims), 1)
+        bs["s" + side] = xd.sum(0)
+        bs["t" + side] = rows.sum(0)
+        bs[f"rr_{side}{side}"] = (rows * rows).sum(0)
+        bs[f"{side}_r{side}"] = (xd * rows[:, seg]).sum(0)
+        bs[f"_rows_{side}"] = rows
+        blocks = torch.empty(sum(d * d for d in dims), dtype=torch.float64, device=x.device)
         start = off = 0
-        for d in dims:  # per layer Σ(x̃ + δ)(x̃ + δ)ᵀ = x̃ᵀx̃ (compute dtype) + Σx̃ δᵀ + δ (Σx̃ + bδ)ᵀ
+        for d in dims:  # per-layer self products, in the compute dtype
             sl = slice(start, start + d)
-            block = blocks[off:off + d * d].view(d, d)
-            block.add_(xt[:, sl].T @ xt[:, sl])
-            block.addr_(st[sl], delta[sl]).addr_(delta[sl], st[sl] + b * delta[sl])
+            blocks[off:off + d * d].view(d, d).copy_(xt[:, sl].T @ xt[:, sl])
             start, off = start + d, off + d * d
-        return xt, st, delta, xs, rows
+        bs["self_" + side] = blocks
+        return xt, xd, mean.double() - self.shift[side]
 
     def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int) -> None:
         s = self.s
-        s.to(acts_a[0].device)
-        self.seg_a, self.seg_b = self.seg_a.to(acts_a[0].device), self.seg_b.to(acts_a[0].device)
-        xt, sxt, dx, xs, rx = self._side(acts_a, "x")
-        yt, syt, dy, ys, ry = self._side(acts_b, "y")
+        dev = acts_a[0].device
+        s.to(dev)
+        self.seg_a, self.seg_b = self.seg_a.to(dev), self.seg_b.to(dev)
+        bs: dict[str, Tensor] = {"n": torch.full((1,), float(b), dtype=torch.float64, device=dev)}
+        xt, xd, dx = self._side(acts_a, "x", bs)
+        yt, yd, dy = self._side(acts_b, "y", bs)
         if xt.dtype != yt.dtype:
-            xt, yt = xt.double(), yt.double()
-        s["n"].add_(b)
-        cross = s["cross"]
-        cross.add_(xt.T @ yt)  # the one big product, in the activations' dtype
-        cross.addmm_(torch.stack([sxt, dx], 1), torch.stack([dy, syt + b * dy], 0))
-        s["rr_xy"].addmm_(rx.T, ry)
-        s["x_ry"].addmm_(xs.T, ry)
-        s["y_rx"].addmm_(ys.T, rx)
+            xt, yt = xd, yd
+        rx, ry = bs.pop("_rows_x"), bs.pop("_rows_y")
+        bs["rr_xy"] = rx.T @ ry
+        bs["x_ry"] = xd.T @ ry
+        bs["y_rx"] = yd.T @ rx
+        cross = (xt.T @ yt).double()  # the one big product, in the activations' dtype
+        shift = None
+        if bool((dx != 0).any() or (dy != 0).any()):  # move the batch's sums to the reference shifts
+            shift = _shift_sums(bs, cross, dx, dy, self.dims_a, self.dims_b, self.seg_a, self.seg_b)
+        for key, value in bs.items():
+            s[key].add_(value)
+        s["cross"].add_(cross)
+        if shift is not None:
+            s["cross"].addmm_(*shift)
 
     def shifts(self) -> list[Tensor]:
         """The reference shifts ``[(P,), (Q,)]`` float64 the sums are taken about (first batch's means)."""
@@ -497,77 +579,11 @@ class _FeaturePart:
             return
         s = self.s
         dev = s["sx"].device
-        n = float(s["n"].item())
-        la, lb = len(self.dims_a), len(self.dims_b)
-        seg_a, seg_b = self.seg_a.to(dev), self.seg_b.to(dev)
-        dx, dy = (self.shift["x"] - new["x"].to(dev)), (self.shift["y"] - new["y"].to(dev))  # x'' = x' + δ
-        dd_x, dd_y = _segsum(dx * dx, seg_a, la, 0), _segsum(dy * dy, seg_b, lb, 0)
-        # old sums first
-        sx, sy, c, tx, ty = s["sx"].clone(), s["sy"].clone(), s["cross"], s["tx"].clone(), s["ty"].clone()
-        su_x, su_y = _segsum(sx * dx, seg_a, la, 0), _segsum(sy * dy, seg_b, lb, 0)   # Σ_r x'_r·δ per layer
-        quad = self._block_quad(c, dx, dy)                                           # Σ_r (x'·δ)(y'·ε)
-        a_v = _segsum(dy[:, None] * s["y_rx"], seg_b, lb, 0).T                       # Σ_r ‖x'‖² (y'·ε)
-        u_b = _segsum(dx[:, None] * s["x_ry"], seg_a, la, 0)                         # Σ_r (x'·δ) ‖y'‖²
-        su2_x, sdx = self._self_quad("x", dx)
-        su2_y, sdy = self._self_quad("y", dy)
-        au_x = _segsum(dx * s["x_rx"], seg_a, la, 0)
-        au_y = _segsum(dy * s["y_ry"], seg_b, lb, 0)
-        tx_new, ty_new = tx + 2 * su_x + n * dd_x, ty + 2 * su_y + n * dd_y
-        e_x = torch.zeros(sum(self.dims_a), la, dtype=torch.float64, device=dev)
-        e_x[torch.arange(len(dx), device=dev), seg_a] = dx
-        e_y = torch.zeros(sum(self.dims_b), lb, dtype=torch.float64, device=dev)
-        e_y[torch.arange(len(dy), device=dev), seg_b] = dy
-        x_ry = s["x_ry"] + 2 * (c @ e_y) + sx[:, None] * dd_y[None, :] + dx[:, None] * ty_new[None, :]
-        y_rx = s["y_rx"] + 2 * (c.T @ e_x) + sy[:, None] * dd_x[None, :] + dy[:, None] * tx_new[None, :]
-        x_rx = s["x_rx"] + 2 * sdx + dd_x[seg_a] * sx + dx * tx_new[seg_a]
-        y_ry = s["y_ry"] + 2 * sdy + dd_y[seg_b] * sy + dy * ty_new[seg_b]
-        s["rr_xy"].add_(2 * a_v + dd_y[None, :] * tx[:, None] + 2 * u_b + 4 * quad
-                        + 2 * dd_y[None, :] * su_x[:, None] + dd_x[:, None] * ty[None, :]
-                        + 2 * dd_x[:, None] * su_y[None, :] + n * dd_x[:, None] * dd_y[None, :])
-        s["rr_xx"].add_(4 * au_x + 2 * dd_x * tx + 4 * su2_x + 4 * dd_x * su_x + n * dd_x * dd_x)
-        s["rr_yy"].add_(4 * au_y + 2 * dd_y * ty + 4 * su2_y + 4 * dd_y * su_y + n * dd_y * dd_y)
-        s["x_ry"].copy_(x_ry)
-        s["y_rx"].copy_(y_rx)
-        s["x_rx"].copy_(x_rx)
-        s["y_ry"].copy_(y_ry)
-        c.addr_(sx, dy).addr_(dx, sy).addr_(dx, dy, alpha=n)
-        for side, dims, d, sums in (("x", self.dims_a, dx, sx), ("y", self.dims_b, dy, sy)):
-            start = off = 0
-            for w in dims:
-                sl = slice(start, start + w)
-                s["self_" + side][off:off + w * w].view(w, w).addr_(sums[sl], d[sl]).addr_(
-                    d[sl], sums[sl]).addr_(d[sl], d[sl], alpha=n)
-                start, off = start + w, off + w * w
-        s["sx"].add_(n * dx)
-        s["sy"].add_(n * dy)
-        s["tx"].copy_(tx_new)
-        s["ty"].copy_(ty_new)
+        dx, dy = self.shift["x"] - new["x"].to(dev), self.shift["y"] - new["y"].to(dev)  # x'' = x' + δ
+        u, v = _shift_sums(s.t, s["cross"], dx, dy, self.dims_a, self.dims_b, self.seg_a.to(dev),
+                           self.seg_b.to(dev))
+        s["cross"].addmm_(u, v)
         self.shift.update({k: v.to(dev) for k, v in new.items()})
-
-    def _self_quad(self, side: str, d: Tensor) -> tuple[Tensor, Tensor]:
-        """Per layer ``δᵀ S δ`` ``(L,)`` and the stacked ``S δ`` ``(P,)`` of one side's self blocks."""
-        dims = self.dims_a if side == "x" else self.dims_b
-        blocks = self.s["self_" + side]
-        quads, prods = [], []
-        start = off = 0
-        for w in dims:
-            block = blocks[off:off + w * w].view(w, w)
-            v = block @ d[start:start + w]
-            prods.append(v)
-            quads.append(d[start:start + w] @ v)
-            start, off = start + w, off + w * w
-        return torch.stack(quads), torch.cat(prods)
-
-    def _block_quad(self, c: Tensor, u: Tensor, v: Tensor) -> Tensor:
-        """``u_iᵀ C_ij v_j`` for every layer pair: ``(La, Lb)``, one A layer at a time."""
-        lb = len(self.dims_b)
-        seg_b = self.seg_b.to(c.device)
-        out = torch.empty(len(self.dims_a), lb, dtype=torch.float64, device=c.device)
-        start = 0
-        for i, w in enumerate(self.dims_a):
-            out[i] = _segsum((u[start:start + w] @ c[start:start + w]) * v, seg_b, lb, 0)
-            start += w
-        return out
 
     def state(self) -> list[Tensor]:
         return self.s.list()
@@ -730,6 +746,7 @@ class _StoredPart:
         self.budget, self.max_n, self.names, self.reasons = memory_budget_bytes, max_stored_n, names, reasons
         self.chunks_a: list[list[Tensor]] = []
         self.chunks_b: list[list[Tensor]] = []
+        self.indices: list[int] = []  # global batch index of every stored chunk (order of the data)
         self.n = 0
         self.needs_gather = True
 
@@ -738,8 +755,9 @@ class _StoredPart:
             raise SimkitError(
                 f"{', '.join(self.metrics)} in {self.mode} mode store all activations and n would exceed "
                 f"max_stored_n={self.max_n}; use --mode minibatch (CKA metrics), --reduce mean, or a smaller --n")
-        self.chunks_a.append([a.detach() for a in acts_a])
-        self.chunks_b.append([t.detach() for t in acts_b])
+        self.chunks_a.append([_own(a) for a in acts_a])
+        self.chunks_b.append([_own(t) for t in acts_b])
+        self.indices.append(batch_index)
         self.n += b
 
     def state(self) -> list[Tensor]:
@@ -748,15 +766,36 @@ class _StoredPart:
     def merge(self, other: _StoredPart) -> None:
         self.chunks_a += other.chunks_a
         self.chunks_b += other.chunks_b
+        self.indices += other.indices
         self.n += other.n
 
+    def gather(self, device: torch.device | None) -> None:
+        """Collect every rank's stored chunks on every rank (``all_gather_object``, through the CPU)."""
+        import torch.distributed as dist
+
+        mine = (self.indices, [[t.cpu() for t in c] for c in self.chunks_a],
+                [[t.cpu() for t in c] for c in self.chunks_b])
+        everyone: list = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, mine)
+        dev = device if device is not None else (self.chunks_a[0][0].device if self.chunks_a else None)
+        self.indices, self.chunks_a, self.chunks_b = [], [], []
+        for indices, chunks_a, chunks_b in everyone:
+            self.indices += indices
+            self.chunks_a += [[t.to(dev) for t in c] for c in chunks_a]
+            self.chunks_b += [[t.to(dev) for t in c] for c in chunks_b]
+        self.n = sum(len(c[0]) for c in self.chunks_a)
+
     def _layers(self) -> tuple[list[Tensor], list[Tensor]]:
-        xa = [torch.cat([c[i] for c in self.chunks_a]) for i in range(len(self.dims_a))]
-        xb = [torch.cat([c[j] for c in self.chunks_b]) for j in range(len(self.dims_b))]
+        """All stored samples per layer, in global batch order: ``[(n, p_i)]``, ``[(n, q_j)]``."""
+        order = sorted(range(len(self.indices)), key=self.indices.__getitem__)
+        xa = [torch.cat([self.chunks_a[k][i] for k in order]) for i in range(len(self.dims_a))]
+        xb = [torch.cat([self.chunks_b[k][j] for k in order]) for j in range(len(self.dims_b))]
         return xa, xb
 
     def compute(self) -> dict[str, dict[str, np.ndarray]]:
         n = self.n
+        if n == 0:
+            raise SimkitError("no samples were given to the accumulator; check --data and --n")
         xa, xb = self._layers()
         self.names.check_finite(("a", torch.stack([x.double().sum() for x in xa])),
                                 ("b", torch.stack([x.double().sum() for x in xb])))
@@ -878,7 +917,7 @@ class Accumulator:
 
     def __init__(self, parts: list, metrics: list[str], dims_a: list[int], dims_b: list[int]):
         self.parts, self.metrics, self.dims_a, self.dims_b = parts, metrics, dims_a, dims_b
-        self.next_index = 0
+        self.calls = 0
 
     @property
     def needs_gather(self) -> bool:
@@ -889,13 +928,49 @@ class Accumulator:
                ) -> None:
         """Add one batch: ``acts_a`` L_a tensors ``(b, p_i)``, ``acts_b`` L_b tensors ``(b, q_j)``, same rows.
 
-        ``batch_index``: the batch's global position (seeds the minibatch null); default counts calls.
+        ``batch_index``: the batch's global position (seeds the minibatch null, orders stored samples).
+        Default: ``rank + world_size · calls``, the batch this rank gets under ``simkit.batches``'s
+        round-robin split (``calls`` in one process).
         """
         b = _check_batch(acts_a, acts_b, self.dims_a, self.dims_b)
-        index = self.next_index if batch_index is None else int(batch_index)
-        self.next_index = index + 1
+        if batch_index is None:
+            batch_index = distributed.rank() + distributed.world_size() * self.calls
+        self.calls += 1
         for part in self.parts:
-            part.update(acts_a, acts_b, b, index)
+            part.update(acts_a, acts_b, b, int(batch_index))
+
+    def to(self, device: torch.device | str) -> Accumulator:
+        """Move the sums to ``device`` (e.g. an accumulator that saw no batch, before an NCCL all_reduce)."""
+        for part in self.parts:
+            if hasattr(part, "s"):
+                part.s.to(torch.device(device))
+        return self
+
+    def reduce_over_ranks(self, device: torch.device | str | None = None) -> None:
+        """Combine this accumulator with every other rank's (a no-op in one process); call on all ranks.
+
+        Aligns the feature path's reference shifts on rank 0's (broadcast + :meth:`rebase`),
+        all-reduces every sum of :meth:`state` and all-gathers stored activations, so every rank then
+        holds the accumulator of the whole data set, as if one process had seen every batch.
+        """
+        if not distributed.is_distributed():
+            return
+        import torch.distributed as dist
+
+        if device is not None:
+            self.to(device)
+        shifts = self.shifts()
+        if shifts:
+            dev = self.state()[0].device
+            shifts = [t.to(dev) for t in shifts]
+            for t in shifts:
+                dist.broadcast(t, src=0)
+            self.rebase(shifts)
+        for t in self.state():
+            distributed.all_reduce_sum(t)
+        for part in self.parts:
+            if part.needs_gather:
+                part.gather(None if device is None else torch.device(device))
 
     def state(self) -> list[Tensor]:
         """Every float64 sum (the live tensors): adding them in place across ranks combines the ranks."""

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
 import zipfile
@@ -118,7 +119,8 @@ def _python(*, spec, rest, seed, trust, num_classes) -> nn.Module:
     if not module_name or not attr:
         raise SimkitError(f"model spec {spec!r}: write python:package.module:callable")
     try:
-        factory = resolve(f"{module_name}:{attr}")
+        with _cwd_on_path():  # `python:mymodels:build` finds mymodels.py in the working directory
+            factory = resolve(f"{module_name}:{attr}")
     except ImportError as exc:
         raise SimkitError(f"model spec {spec!r}: cannot import {module_name!r} ({exc})") from None
     except AttributeError:
@@ -129,6 +131,22 @@ def _python(*, spec, rest, seed, trust, num_classes) -> nn.Module:
     if num_classes is not None:
         kwargs["num_classes"] = num_classes
     return factory(**kwargs)
+
+
+@contextlib.contextmanager
+def _cwd_on_path():
+    import os
+    import sys
+
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        yield
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
 
 
 # ----------------------------------------------------------------------------------------- Hugging Face
@@ -251,7 +269,11 @@ def _file(*, spec, rest, seed, trust, num_classes) -> nn.Module:
             if not sidecar.exists():
                 raise SimkitError(f"model spec {spec!r}: {str(sidecar)!r} is missing; give the "
                                   "architecture as file:PATH,arch=SPEC")
-            arch = json.loads(sidecar.read_text(encoding="utf-8"))["spec"]
+            arch = _sidecar_spec(sidecar, spec)
+            if arch.startswith("python:") and not trust:
+                raise SimkitError(f"model spec {spec!r}: {str(sidecar)!r} names the architecture {arch!r}, "
+                                  "which imports and runs Python code; pass --trust (trust=True) if you trust "
+                                  "it, or give file:PATH,arch=SPEC yourself")
         return _with_state(arch, path, spec, seed, num_classes)
     if _is_torchscript(path):
         with warnings.catch_warnings():  # torch marks TorchScript deprecated; the file is still valid
@@ -271,6 +293,17 @@ def _file(*, spec, rest, seed, trust, num_classes) -> nn.Module:
         raise SimkitError(f"model spec {spec!r}: {str(path)!r} is a state dict; name its architecture "
                           "with file:PATH,arch=SPEC (e.g. arch=torchvision:resnet18)")
     return obj
+
+
+def _sidecar_spec(sidecar: Path, spec: str) -> str:
+    try:
+        arch = json.loads(sidecar.read_text(encoding="utf-8"))["spec"]
+    except (ValueError, KeyError, TypeError):
+        raise SimkitError(f"model spec {spec!r}: {str(sidecar)!r} is not a simkit model sidecar "
+                          "(JSON with a 'spec'); give file:PATH,arch=SPEC") from None
+    if not isinstance(arch, str):
+        raise SimkitError(f"model spec {spec!r}: {str(sidecar)!r} has no architecture spec string")
+    return arch
 
 
 def _with_state(arch: str, path: Path, spec: str, seed: int, num_classes: int | None) -> nn.Module:

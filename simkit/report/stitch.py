@@ -100,7 +100,8 @@ def _examples_figure(layer: str, ex: dict[str, Any]):
             array = np.asarray(sample, dtype=float)
             if len(shape) == 3:
                 picture = array[0] if array.shape[0] == 1 else np.moveaxis(array[:3], 0, -1)
-                ax.imshow(np.clip(picture, *_limits(ex)), cmap="gray" if array.shape[0] == 1 else None)
+                lo, hi = _limits(ex)
+                ax.imshow(np.clip(picture, lo, hi), cmap="gray" if array.shape[0] == 1 else None, vmin=lo, vmax=hi)
                 ax.set_xticks([])
                 ax.set_yticks([])
             else:

@@ -105,28 +105,16 @@ def record(model: nn.Module, names: list[str]) -> Iterator[dict[str, Tensor]]:
             handle.remove()
 
 
-class _LeafTracer(torch.fx.Tracer):
-    """fx tracer that keeps the stitch layer as one call (even a custom block)."""
-
-    def __init__(self, leaf: str):
-        super().__init__()
-        self.leaf = leaf
-
-    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
-        return qualname == self.leaf or super().is_leaf_module(m, qualname)
-
-
 def _cut_graph(model: nn.Module, layer: str) -> tuple[torch.fx.GraphModule | None, str]:
     """The back half as a GraphModule taking the layer's output, or (None, reason) when impossible."""
+    from simkit.surgery import find_node, trace
+
     try:
-        tracer = _LeafTracer(layer)
-        graph = tracer.trace(model)
-    except Exception as exc:  # fx cannot trace data-dependent control flow and many third-party models
-        return None, f"torch.fx cannot trace the model ({type(exc).__name__}: {str(exc).splitlines()[0]})"
-    calls = [n for n in graph.nodes if n.op == "call_module" and n.target == layer]
-    if len(calls) != 1:
-        return None, f"layer {layer!r} is called {len(calls)} times in the traced graph"
-    cut = calls[0]
+        traced = trace(model, leaves=[layer])  # the layer stays one call, even a custom block
+        cut = find_node(traced, layer)
+    except SimkitError as exc:
+        return None, str(exc).split(";")[0]
+    graph = traced.graph
     output = next(n for n in graph.nodes if n.op == "output")
     needed: set[torch.fx.Node] = set()
     stack = [output]
@@ -172,7 +160,7 @@ class BackHalf(nn.Module):
             warnings.warn(f"stitching into B at {layer!r} by output replacement (B's earlier layers are "
                           f"computed and discarded): {reason}", stacklevel=2)
             self.mode, self.back = "replace", None
-            self.later_layers = self._later_by_hooks()
+            self.later_layers: list[str] = []  # found by :meth:`probe`
         else:
             self.mode, self.back = "cut", graph_module
             for param in graph_module.parameters():
@@ -180,10 +168,6 @@ class BackHalf(nn.Module):
             names = [n.target for n in graph_module.graph.nodes if n.op == "call_module"]
             mods = dict(graph_module.named_modules())
             self.later_layers = [n for n in names if not isinstance(mods[n], PASS_THROUGH)]
-
-    def _later_by_hooks(self) -> list[str]:
-        """Later layers found by call order in a dry run (set by :meth:`probe`)."""
-        return []
 
     def probe(self, x: Tensor) -> None:
         """Replace mode: find the leaf layers called after the stitch layer on a sample batch ``x``."""

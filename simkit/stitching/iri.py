@@ -41,7 +41,7 @@ class IRISettings:
     seed: str = "data"
     optimizer: str = "sgd"
     step_size: float = 0.5
-    lr: float = 0.01
+    lr: float = 0.05
     batch_size: int = 256
 
     def validate(self) -> None:

@@ -31,7 +31,8 @@ class Slot:
 
     names: the guide modules replaced, in forward order. in_shape: input of ``names[0]`` per example;
     out_shape: output of ``names[-1]`` per example. guide_modules: the guide's modules (read only).
-    args/kwargs: the extra arguments the first guide module was called with in the dry run.
+    align: what is aligned to the guide — ``output`` (the group's output) or ``delta`` (output − input,
+    the residual branch of a residual block, whose output is otherwise dominated by its input).
     """
 
     names: tuple[str, ...]
@@ -40,6 +41,7 @@ class Slot:
     guide_modules: tuple[nn.Module, ...]
     factory: Callable[[Slot], nn.Module] | None = None
     module: nn.Module | None = None
+    align: str = "output"
 
     @property
     def site(self) -> str:
@@ -58,10 +60,12 @@ class Slot:
 
 @dataclass
 class Replacement:
-    """guide: a module name or a tuple of consecutive names; factory: ``Slot -> nn.Module``."""
+    """guide: a module name or a tuple of consecutive names; factory: ``Slot -> nn.Module``;
+    align: ``output`` or ``delta`` (see :class:`Slot`)."""
 
     guide: str | tuple[str, ...]
     factory: Callable[[Slot], nn.Module]
+    align: str = "output"
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -207,10 +211,16 @@ def resolve_plan(plan: ReplacementPlan, guide: nn.Module, run: Callable[[nn.Modu
             if probe.outputs[a] is not probe.inputs[b]:
                 raise SimkitError(f"group {rep.names} is not a chain: the output of {a!r} is not the "
                                   f"input of {b!r}; list consecutive modules in forward order")
-        slots.append(Slot(names=rep.names, in_shape=_shape(probe.inputs[rep.names[0]]),
-                          out_shape=_shape(probe.outputs[rep.names[-1]]),
-                          guide_modules=tuple(guide.get_submodule(n) for n in rep.names),
-                          factory=rep.factory))
+        slot = Slot(names=rep.names, in_shape=_shape(probe.inputs[rep.names[0]]),
+                    out_shape=_shape(probe.outputs[rep.names[-1]]),
+                    guide_modules=tuple(guide.get_submodule(n) for n in rep.names),
+                    factory=rep.factory, align=rep.align)
+        if slot.align not in ("output", "delta"):
+            raise SimkitError(f"replacement {slot.label!r}: align must be 'output' or 'delta', got {slot.align!r}")
+        if slot.align == "delta" and slot.in_shape != slot.out_shape:
+            raise SimkitError(f"replacement {slot.label!r} aligns on output − input but maps "
+                              f"{_fmt(slot.in_shape)} to {_fmt(slot.out_shape)}; use align='output'")
+        slots.append(slot)
     slots.sort(key=lambda s: probe.order.index(s.site))
 
     for index, slot in enumerate(slots):

@@ -6,7 +6,8 @@
   into groups of ``group`` consecutive blocks; each group becomes one fresh block of the same design as
   the group's first block [ours: the sources give no block design].
 - ``attention-to-rnn``: every transformer block of a causal LM (the ``blocks`` container) becomes a
-  :class:`RecurrentBlock` (GRU by default) with the block's residual.
+  :class:`RecurrentBlock` (GRU by default) with the block's residual; aligned on the residual branch
+  (block output − block input) [ours].
 - ``file.py:make_plan``: ``make_plan(guide) -> ReplacementPlan | dict`` from the user's file.
 """
 
@@ -82,7 +83,9 @@ def attention_to_rnn(guide: nn.Module, cell: str = "gru") -> ReplacementPlan:
                               f"at {slot.label!r}; the guide must be a sequence model")
         return RecurrentBlock(slot.in_shape[-1], cell=cell)
 
-    return ReplacementPlan([Replacement(f"{container}.{i}", factory) for i in range(count)],
+    # aligned on the residual branch (block output − input): the full output is dominated by the
+    # residual stream, whose CKA with the guide's is near 1 before any training [ours]
+    return ReplacementPlan([Replacement(f"{container}.{i}", factory, align="delta") for i in range(count)],
                            description=f"attention-to-rnn: {count} transformer blocks → {cell.upper()} layers")
 
 

@@ -303,7 +303,7 @@ def run_conversion(guide: nn.Module | str, data: Any, *, recipe: str | None = "c
                     "task": task.kind, "runs": len(runs)})
     extra = {
         "slots": [{"layer": sl.label, "names": list(sl.names), "in_shape": list(sl.in_shape),
-                   "out_shape": list(sl.out_shape), "target": type(sl.module).__name__,
+                   "out_shape": list(sl.out_shape), "target": type(sl.module).__name__, "align": sl.align,
                    "target_params": sum(p.numel() for p in sl.module.parameters()),
                    "guide_params": sum(p.numel() for m in sl.guide_modules for p in m.parameters())}
                   for sl in slots],
@@ -356,7 +356,7 @@ def _convert_arm(guide, slots, head, task, schedule, loss, cache: GuideCache, ev
         installed.update(stage.install)
         if stage.isolated:
             (j,) = stage.train
-            value = isolated_output(modules[j], eval_cache.inputs[j], batch_size)
+            value = isolated_output(slots[j], modules[j], eval_cache.inputs[j], batch_size)
             rows_ = _cka_rows([value], eval_cache.outputs, slots, {j}, only=[j])
         else:
             recalibrate(hybrid, train[0], batch_size)

@@ -82,18 +82,26 @@ class GuideCache:
 
 
 class _Recorder:
-    """Forward hooks recording the first tensor output (and optionally input) of named modules."""
+    """Hooks recording each slot's aligned representation in one forward pass of ``model``.
 
-    def __init__(self, model: nn.Module, names: Sequence[str], inputs: bool = False,
-                 stop_at: str | None = None) -> None:
+    For a slot aligned on its ``output`` that is the output of ``slot.output_name``; for ``delta``
+    (residual blocks) it is that output minus the input of ``slot.site``. With ``inputs=True`` the
+    input of every slot's site is kept too. ``stop_after``: a slot whose output ends the pass.
+    """
+
+    def __init__(self, model: nn.Module, slots: Sequence[Slot], *, inputs: bool = False,
+                 stop_after: Slot | None = None) -> None:
+        self.slots = list(slots)
         self.outputs: dict[str, Tensor] = {}
         self.inputs: dict[str, Tensor] = {}
         self.handles = []
-        for name in names:
-            module = model.get_submodule(name)
-            self.handles.append(module.register_forward_hook(self._hook(name, name == stop_at)))
-            if inputs:
-                self.handles.append(module.register_forward_pre_hook(self._pre(name)))
+        for slot in self.slots:
+            if inputs or slot.align == "delta":
+                module = model.get_submodule(slot.site)
+                self.handles.append(module.register_forward_pre_hook(self._pre(slot.site)))
+            module = model.get_submodule(slot.output_name)
+            self.handles.append(module.register_forward_hook(
+                self._hook(slot.output_name, stop_after is not None and slot.output_name == stop_after.output_name)))
 
     def _hook(self, name: str, stop: bool):
         def hook(module, args, output):
@@ -107,10 +115,23 @@ class _Recorder:
             self.inputs[name] = _first_tensor(args)
         return hook
 
+    def value(self, slot: Slot) -> Tensor:
+        """(b, *out_shape) the slot's aligned representation from the last pass."""
+        return aligned(slot, self.outputs[slot.output_name], self.inputs.get(slot.site))
+
+    def clear(self) -> None:
+        self.outputs.clear()
+        self.inputs.clear()
+
     def close(self) -> None:
         for handle in self.handles:
             handle.remove()
         self.handles = []
+
+
+def aligned(slot: Slot, output: Tensor, inputs: Tensor | None) -> Tensor:
+    """The representation a slot is aligned on: its output, or output − input for ``delta``."""
+    return output - inputs if slot.align == "delta" else output
 
 
 class _StopForward(Exception):
@@ -119,6 +140,7 @@ class _StopForward(Exception):
 
 def run_until(model: nn.Module, inputs: Inputs, recorder: _Recorder) -> None:
     """Run ``model`` on ``inputs``; a stop hook in ``recorder`` may end the pass early."""
+    recorder.clear()
     try:
         run_model(model, inputs)
     except _StopForward:
@@ -128,10 +150,9 @@ def run_until(model: nn.Module, inputs: Inputs, recorder: _Recorder) -> None:
 @torch.no_grad()
 def guide_cache(guide: nn.Module, slots: Sequence[Slot], inputs: Inputs, batch_size: int, *,
                 want_inputs: bool = False, want_logits: bool = False) -> GuideCache:
-    """One eval-mode pass of the frozen guide over ``inputs`` (n, ...), keeping every slot's activations."""
-    names = [s.output_name for s in slots]
-    recorder = _Recorder(guide, names)
-    in_recorder = _Recorder(guide, [s.site for s in slots], inputs=True) if want_inputs else None
+    """One eval-mode pass of the frozen guide over ``inputs`` (n, ...), keeping every slot's aligned
+    representation (and its input when ``want_inputs``) and the guide's logits when ``want_logits``."""
+    recorder = _Recorder(guide, slots, inputs=want_inputs)
     outs: list[list[Tensor]] = [[] for _ in slots]
     ins: list[list[Tensor]] = [[] for _ in slots]
     logits: list[Tensor] = []
@@ -140,18 +161,17 @@ def guide_cache(guide: nn.Module, slots: Sequence[Slot], inputs: Inputs, batch_s
     batches = 0
     try:
         for start in range(0, rows(inputs), batch_size):
+            recorder.clear()
             out = run_model(guide, take(inputs, slice(start, start + batch_size)))
             batches += 1
             for i, slot in enumerate(slots):
-                outs[i].append(recorder.outputs[slot.output_name].detach().clone())
-                if in_recorder is not None:
-                    ins[i].append(in_recorder.inputs[slot.site].detach().clone())
+                outs[i].append(recorder.value(slot).detach().clone())
+                if want_inputs:
+                    ins[i].append(recorder.inputs[slot.site].detach().clone())
             if want_logits:
                 logits.append(logits_of(out).detach().clone())
     finally:
         recorder.close()
-        if in_recorder is not None:
-            in_recorder.close()
         guide.train(was)
     return GuideCache(outputs=[torch.cat(o) for o in outs],
                       inputs=[torch.cat(i) for i in ins] if want_inputs else None,
@@ -211,7 +231,8 @@ def run_stage(hybrid: nn.Module, slots: Sequence[Slot], modules: list[nn.Module]
 
         def isolated_loss(batch: tuple[Tensor, ...]) -> Tensor:
             (idx,) = batch
-            return loss(module(guide_in[idx]), guide_out[idx])
+            x = guide_in[idx]
+            return loss(aligned(slots[j], module(x), x), guide_out[idx])
 
         module.train()
         history = fit_stage(module, isolated_loss, (torch.arange(len(guide_out)),), params)
@@ -224,14 +245,13 @@ def run_stage(hybrid: nn.Module, slots: Sequence[Slot], modules: list[nn.Module]
 
     params = set_trainable(hybrid, [modules[j] for j in stage.train])
     before = _snapshot(hybrid)
-    stop = slots[stage.stop_after].output_name if stage.stop_after is not None else None
-    recorder = _Recorder(hybrid, [slots[j].output_name for j in stage.align], stop_at=stop)
+    stop = slots[stage.stop_after] if stage.stop_after is not None else None
+    recorder = _Recorder(hybrid, [slots[j] for j in stage.align], stop_after=stop)
 
     def hybrid_loss(batch: tuple[Tensor, ...]) -> Tensor:
         (idx,) = batch
-        recorder.outputs.clear()
         run_until(hybrid, take(inputs, idx), recorder)
-        terms = [loss(recorder.outputs[slots[j].output_name], cache.outputs[j][idx]) for j in stage.align]
+        terms = [loss(recorder.value(slots[j]), cache.outputs[j][idx]) for j in stage.align]
         return torch.stack(terms).mean()
 
     hybrid.train()
@@ -248,17 +268,16 @@ def run_stage(hybrid: nn.Module, slots: Sequence[Slot], modules: list[nn.Module]
 
 @torch.no_grad()
 def hybrid_outputs(hybrid: nn.Module, slots: Sequence[Slot], inputs: Inputs, batch_size: int) -> list[Tensor]:
-    """Eval-mode activations (n, *out_shape) of every slot's output in the hybrid, full forward passes."""
-    names = [s.output_name for s in slots]
-    recorder = _Recorder(hybrid, names)
+    """Eval-mode aligned representations (n, *out_shape) of every slot in the hybrid, full passes."""
+    recorder = _Recorder(hybrid, slots)
     outs: list[list[Tensor]] = [[] for _ in slots]
     was = hybrid.training
     hybrid.eval()
     try:
         for start in range(0, rows(inputs), batch_size):
-            run_model(hybrid, take(inputs, slice(start, start + batch_size)))
-            for i, name in enumerate(names):
-                outs[i].append(recorder.outputs[name].detach().clone())
+            run_until(hybrid, take(inputs, slice(start, start + batch_size)), recorder)
+            for i, slot in enumerate(slots):
+                outs[i].append(recorder.value(slot).detach().clone())
     finally:
         recorder.close()
         hybrid.train(was)
@@ -266,12 +285,13 @@ def hybrid_outputs(hybrid: nn.Module, slots: Sequence[Slot], inputs: Inputs, bat
 
 
 @torch.no_grad()
-def isolated_output(module: nn.Module, guide_inputs: Tensor, batch_size: int) -> Tensor:
-    """Eval-mode output of one target module on the guide's inputs to it: (n, *in) → (n, *out)."""
+def isolated_output(slot: Slot, module: nn.Module, guide_inputs: Tensor, batch_size: int) -> Tensor:
+    """Eval-mode aligned representation of one target module on the guide's inputs: (n, *in) → (n, *out)."""
     was = module.training
     module.eval()
     try:
-        return torch.cat([module(guide_inputs[s:s + batch_size]) for s in range(0, len(guide_inputs), batch_size)])
+        parts = [guide_inputs[s:s + batch_size] for s in range(0, len(guide_inputs), batch_size)]
+        return torch.cat([aligned(slot, module(x), x) for x in parts])
     finally:
         module.train(was)
 

@@ -41,11 +41,17 @@ def _slice(inputs: Batch, start: int, stop: int) -> Batch:
     return inputs[start:stop]
 
 
+def _is_dataset(data: Any) -> bool:
+    """A simkit Dataset: sized, with ``rows(start, stop)`` (which may generate samples lazily)."""
+    return hasattr(data, "rows") and hasattr(data, "__len__")
+
+
 def count_rows(data: Any) -> int | None:
     """The number of samples when known without iterating, else None."""
-    inputs = getattr(data, "inputs", data)
-    if isinstance(inputs, torch.Tensor | dict):
-        return batch_rows(inputs)
+    if _is_dataset(data):
+        return len(data)
+    if isinstance(data, torch.Tensor | dict):
+        return batch_rows(data)
     return None
 
 
@@ -57,12 +63,12 @@ def iter_batches(data: Any, batch_size: int, n: int | None = None, *, rank: int 
     """
     if batch_size < 1:
         raise SimkitError(f"batch size must be at least 1, got {batch_size}")
-    inputs = getattr(data, "inputs", data)  # a simkit Dataset holds its tensors in .inputs
-    if isinstance(inputs, torch.Tensor | dict):
-        total = batch_rows(inputs) if n is None else min(n, batch_rows(inputs))
+    if _is_dataset(data) or isinstance(data, torch.Tensor | dict):
+        total = count_rows(data) if n is None else min(n, count_rows(data))
+        rows = data.rows if _is_dataset(data) else lambda start, stop: _slice(data, start, stop)
         for index, start in enumerate(range(0, total, batch_size)):
             if index % world_size == rank:
-                yield _slice(inputs, start, min(start + batch_size, total))
+                yield rows(start, min(start + batch_size, total))
         return
     if not isinstance(data, Iterable):
         raise SimkitError(f"data of type {type(data).__name__} is not iterable; pass a Tensor, a "

@@ -219,6 +219,12 @@ def test_safetensors_without_sidecar(tmp_path):
         load_model(f"file:{path}")
     with pytest.raises(SimkitError, match="spec must name the architecture"):
         save_model(nn.Linear(1, 1), tmp_path / "x", "file:/a.pt")
+    model = load_model("simkit:mlp:hidden=4,depth=1", num_classes=3)
+    with pytest.raises(SimkitError, match=r"does not rebuild this model \(first difference: 'head.bias'\); "
+                                          "give the full spec, options such as num_classes included"):
+        save_model(model, tmp_path / "y", "simkit:mlp:hidden=4,depth=1")
+    assert not (tmp_path / "y.safetensors").exists()
+    save_model(model, tmp_path / "y", "simkit:mlp:hidden=4,depth=1,num_classes=3")
 
 
 class _FakeOutput(dict):

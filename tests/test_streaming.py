@@ -370,12 +370,15 @@ def test_bad_input_errors():
         feed(capped, [x[8:16] for x in XA], [y[8:16] for y in XB], [8])
 
 
-def test_non_finite_sum_reaching_compute_names_the_layer():
-    xa = [XA[0].copy()]
-    xa[0][3, 0] = np.nan
-    acc = feed(make_accumulator(["linear_cka"], "exact", [1], dims(XB), names_a=["fc"]), xa, XB, [N])
-    with pytest.raises(SimkitError, match="non-finite activations .* layer fc of model A"):
-        acc.compute()
+@pytest.mark.parametrize(("mode", "metric"), [("minibatch", "unbiased_cka"), ("exact", "linear_cka"),
+                                              ("exact", "rbf_cka")])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_activations_are_an_error_naming_the_layer(mode, metric, bad):
+    xb = [XB[0], XB[1].copy()]
+    xb[1][3, 7] = bad
+    acc = make_accumulator([metric], mode, dims(XA), dims(xb), names_b=["stem", "layer4.1"])
+    with pytest.raises(SimkitError, match=r"non-finite activations \(NaN or Inf\) in layer layer4.1 of model B"):
+        feed(acc, XA, xb, [N])
 
 
 # ---------------------------------------------------------------------------- real two-process run

@@ -191,13 +191,17 @@ class _Names:
                           "(every sample has the same activation); their pairs are NaN",
                           RuntimeWarning, stacklevel=4)
 
+    def non_finite(self, side: str, layer: int) -> SimkitError:
+        names = self.a if side == "a" else self.b
+        return SimkitError(f"non-finite activations (NaN or Inf) in layer {names[layer]} of model "
+                           f"{side.upper()}; check the model's weights and the input scale")
+
     def check_finite(self, *sums: tuple[str, Tensor]) -> None:
+        """Raise for the first non-finite entry of per-layer sums ``(side, (L,))``."""
         for side, t in sums:
-            names = self.a if side == "a" else self.b
             bad = torch.nonzero(~torch.isfinite(t)).flatten().tolist()
             if bad:
-                raise SimkitError(f"non-finite activations (NaN or Inf) in layer {names[bad[0]]} of model "
-                                  f"{side.upper()}; check the model's weights and the input scale")
+                raise self.non_finite(side, bad[0])
 
 
 class _Sums:
@@ -232,7 +236,7 @@ class _Sums:
 SHIFT_RATIO = 4.0
 
 
-def _batch_grams(acts: Sequence[Tensor]) -> Tensor:
+def _batch_grams(acts: Sequence[Tensor], names: _Names, side: str) -> Tensor:
     """Per-batch linear Grams of one model's layers: L tensors ``(b, p_i)`` → ``(L, b, b)`` float64.
 
     Each Gram ``x xᵀ`` is one matmul in the activations' dtype (half types in float32), with no extra
@@ -240,7 +244,9 @@ def _batch_grams(acts: Sequence[Tensor]) -> Tensor:
     layer whose features are dominated by their mean (judged from the Gram itself: ``1ᵀK1/b²`` against
     ``tr K / b``; this includes constant layers) is recomputed from its batch-centred features, which
     keeps its float32 Gram accurate and makes a constant layer's Gram exactly zero. Depends on the
-    batch alone, so any split of the batches over ranks gives the same Grams.
+    batch alone, so any split of the batches over ranks gives the same Grams. Also the finiteness check,
+    for free: a NaN or Inf activation (or one whose square overflows) makes the Gram's trace non-finite;
+    raises :class:`SimkitError` naming the layer of model ``side`` ("a" or "b").
     """
     b = acts[0].shape[0]
     dtype = torch.float64 if any(x.dtype == torch.float64 for x in acts) else torch.float32
@@ -251,7 +257,10 @@ def _batch_grams(acts: Sequence[Tensor]) -> Tensor:
     g = out.double()
     mean_sq = g.sum((-2, -1)) / (b * b)                     # ‖mean‖²
     total = torch.diagonal(g, dim1=-2, dim2=-1).sum(-1) / b  # mean ‖x_r‖² = ‖mean‖² + Σ var
-    for i in torch.nonzero(mean_sq * (1 + SHIFT_RATIO) > SHIFT_RATIO * total).flatten().tolist():
+    redo, finite = torch.stack([mean_sq * (1 + SHIFT_RATIO) > SHIFT_RATIO * total, torch.isfinite(total)]).tolist()
+    if not all(finite):
+        raise names.non_finite(side, finite.index(False))
+    for i in (i for i, r in enumerate(redo) if r):
         x = acts[i].detach().to(dtype)
         xc = x - x.mean(0, dtype=torch.float64).to(dtype)    # exact zeros for a constant layer
         g[i] = (xc @ xc.T).double()
@@ -307,8 +316,8 @@ class _MinibatchPart:
             return
         if b < 4:
             counts[3] += 1
-        ga = _batch_grams(acts_a)
-        gb = _batch_grams(acts_b)
+        ga = _batch_grams(acts_a, self.names, "a")
+        gb = _batch_grams(acts_b, self.names, "b")
         perms = None
         if self.null:
             perms = _draw_perms(self.null, b, _perm_generator(self.seed, batch_index), ga.device)
@@ -523,8 +532,11 @@ class _FeaturePart:
             self.dtype = dtype
             self.shift[side] = mean.double()
         xd = xt.double()
+        bs["s" + side] = col = xd.sum(0)
+        bad = torch.nonzero(~torch.isfinite(col)).flatten()[:1].tolist()  # one sum per column
+        if bad:
+            raise self.names.non_finite("a" if side == "x" else "b", int(seg[bad[0]]))
         rows = _segsum(xd * xd, seg, len(dims), 1)
-        bs["s" + side] = xd.sum(0)
         bs["t" + side] = rows.sum(0)
         bs[f"rr_{side}{side}"] = (rows * rows).sum(0)
         bs[f"{side}_r{side}"] = (xd * rows[:, seg]).sum(0)
@@ -755,6 +767,8 @@ class _StoredPart:
             raise SimkitError(
                 f"{', '.join(self.metrics)} in {self.mode} mode store all activations and n would exceed "
                 f"max_stored_n={self.max_n}; use --mode minibatch (CKA metrics), --reduce mean, or a smaller --n")
+        self.names.check_finite(("a", torch.stack([a.detach().sum(dtype=torch.float64) for a in acts_a])),
+                                ("b", torch.stack([t.detach().sum(dtype=torch.float64) for t in acts_b])))
         self.chunks_a.append([_own(a) for a in acts_a])
         self.chunks_b.append([_own(t) for t in acts_b])
         self.indices.append(batch_index)

@@ -314,6 +314,16 @@ def _with_state(arch: str, path: Path, spec: str, seed: int, num_classes: int | 
     return model
 
 
+def _check_rebuilds(model: nn.Module, spec: str) -> None:
+    """Fail at save time, not at load time, when ``spec`` does not rebuild ``model``'s state dict."""
+    rebuilt = {k: tuple(v.shape) for k, v in load_model(spec, trust=True).state_dict().items()}
+    mine = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    if rebuilt != mine:
+        differ = sorted(set(rebuilt) ^ set(mine)) or sorted(k for k in mine if rebuilt[k] != mine[k])
+        raise SimkitError(f"save_model: spec {spec!r} does not rebuild this model (first difference: "
+                          f"{differ[0]!r}); give the full spec, options such as num_classes included")
+
+
 def sidecar_path(path: str | Path) -> Path:
     """``model.safetensors`` → ``model.safetensors.json``."""
     path = Path(path)
@@ -323,8 +333,9 @@ def sidecar_path(path: str | Path) -> Path:
 def save_model(model: nn.Module, path: str | Path, spec: str) -> Path:
     """Write ``model``'s state dict as safetensors plus ``PATH.json`` = {"spec": spec, ...}, atomically.
 
-    ``spec`` names the architecture (e.g. ``simkit:cnn1d:channels=16``); the file reloads with
-    ``load_model("file:PATH")`` without unpickling. Returns the ``.safetensors`` path.
+    ``spec`` names the architecture (e.g. ``simkit:cnn1d:channels=16``) and is checked to rebuild the
+    same state-dict keys and shapes; the file reloads with ``load_model("file:PATH")`` without
+    unpickling. Returns the ``.safetensors`` path.
     """
     from safetensors.torch import save_file
 
@@ -332,6 +343,7 @@ def save_model(model: nn.Module, path: str | Path, spec: str) -> Path:
 
     if isinstance(spec, str) and spec.startswith("file:"):
         raise SimkitError("save_model: spec must name the architecture (e.g. simkit:cnn1d), not a file")
+    _check_rebuilds(model, spec)
     path = Path(path)
     if path.suffix != ".safetensors":
         path = path.with_name(path.name + ".safetensors")

@@ -137,6 +137,7 @@ def context(result) -> dict[str, Any]:
     return {
         "summary_rows": [(k, _text(v)) for k, v in summary.items()],
         "final_header": header, "final_rows": body, "score": score,
+        "lower_is_better": not extra.get("higher_is_better", True),
         "score_plot": score_plot(runs, score) if not runs.empty else None,
         "stage_heatmaps": stage_heatmaps(tables.get("stages", pd.DataFrame())),
         "loss_curves": loss_curves(tables.get("curves", pd.DataFrame())),

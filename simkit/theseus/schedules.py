@@ -180,7 +180,7 @@ def guide_cache(guide: nn.Module, slots: Sequence[Slot], inputs: Inputs, batch_s
 
 @dataclass
 class StageOutcome:
-    """What one stage did: its history, the trainable and the changed parameter names, seconds."""
+    """What one stage did: its history, and the names of the trainable and of the changed parameters."""
 
     stage: Stage
     history: object

@@ -1,8 +1,8 @@
 """Invariance-aware stitching separates a shortcut model that standard stitching calls compatible.
 
 On scikit-learn digits (8×8, offline): A is trained on clean digits, A′ is the same architecture with
-another seed, and S is trained on digits with a planted shortcut: one bright border pixel whose
-position encodes the label, present in the training split only (the test split is clean). Then A→A′,
+another seed, and S is trained on digits with a planted shortcut: a bright 2×2 patch whose position
+encodes the label, present in the training split only (the test split is clean). Then A→A′,
 A→S and S→A are stitched at every block with every objective, standard vs invariance-aware (IRIs).
 The stitching data is the shortcut training split (the data S learned from); evaluation is on the
 clean test split.
@@ -31,14 +31,20 @@ from simkit.stitching.iri import IRISettings
 from simkit.stitching.runner import run_stitching
 from simkit.training import TrainConfig, evaluate_accuracy, train_classifier
 
+# Where the shortcut patch of each class goes (top-left corner of a 2×2 patch on the 8×8 image).
+PATCH_CORNERS = ((0, 0), (0, 2), (0, 4), (0, 6), (6, 0), (6, 2), (6, 4), (6, 6), (2, 0), (4, 6))
+
 
 def plant_shortcut(x: torch.Tensor, y: torch.Tensor, value: float) -> torch.Tensor:
-    """x (n, 1, 8, 8) → a copy with one border pixel set to ``value``: row 0, column y for y < 8;
-    row 7, column y − 8 otherwise."""
+    """x (n, 1, 8, 8) → a copy with a 2×2 patch set to ``value`` at the position of class y (PATCH_CORNERS).
+
+    (A single bright pixel was too weak: S still learned the digits, 0.94 clean accuracy, 0.94 with a
+    wrong shortcut; with the 2×2 patch S falls to about 0.5 on clean digits and below with a wrong one.)
+    """
     x = x.clone()
-    rows = torch.where(y < 8, 0, 7)
-    cols = torch.where(y < 8, y, y - 8)
-    x[torch.arange(len(x)), 0, rows, cols] = value
+    for i, label in enumerate(y.tolist()):
+        r, c = PATCH_CORNERS[label]
+        x[i, :, r:r + 2, c:c + 2] = value
     return x
 
 

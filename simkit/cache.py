@@ -164,7 +164,7 @@ def compare_caches(path_a: str | Path, path_b: str | Path, *, layers_a: str | Se
                    mode: str = "minibatch", batch_size: int = 64, n: int | None = None, null: int = 0,
                    seed: int = 0, progress: bool = True, **options: Any):
     """Compare two caches as ``simkit.compare`` compares two models; returns a CompareResult."""
-    from simkit.comparison import CompareResult, check_metrics, measure, similarity_frame, warn_undefined
+    from simkit.comparison import CompareResult, check_metrics, measure, similarity_frame
 
     metrics = check_metrics(metrics)
     manifests = [read_manifest(path_a), read_manifest(path_b)]
@@ -172,9 +172,9 @@ def compare_caches(path_a: str | Path, path_b: str | Path, *, layers_a: str | Se
     chosen = [select_cached_layers(manifests[0], layers_a), select_cached_layers(manifests[1], layers_b)]
     started = time.perf_counter()
     batches = ((sides[0], sides[1]) for sides in stream_caches([path_a, path_b], chosen, batch_size, n))
-    measured = measure(batches, metrics, mode, null=null, seed=seed, **options)
+    measured = measure(batches, metrics, mode, null=null, seed=seed, names_a=[f"A:{n}" for n in chosen[0]],
+                       names_b=[f"B:{n}" for n in chosen[1]], **options)
     frame = similarity_frame(measured.values, chosen[0], chosen[1])
-    warn_undefined(frame)
     rows = []
     for side, manifest, names in zip("ab", manifests, chosen, strict=True):
         by_name = {layer["name"]: layer for layer in manifest["layers"]}

@@ -9,7 +9,6 @@ each rank takes every world_size-th batch and the accumulators' sums are all-red
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
@@ -220,8 +219,8 @@ def measure(activations: Iterable[tuple[list[torch.Tensor], list[torch.Tensor]]]
                 accumulator = make_accumulator(metrics, mode, dims_a, dims_b, **accumulator_options)
         else:
             distributed.all_gather_objects((dims_a, dims_b))
-        for tensor in accumulator.state() if accumulator is not None else []:
-            distributed.all_reduce_sum(tensor)
+        if accumulator is not None:
+            accumulator.reduce_over_ranks()
         total = torch.tensor([rows], dtype=torch.float64)
         rows = int(distributed.all_reduce_sum(total).item())
     if accumulator is None:
@@ -250,15 +249,6 @@ def similarity_frame(values: dict[str, dict[str, np.ndarray]], layers_a: list[st
                 part[column] = np.asarray(arrays[column], dtype=np.float64).ravel()
         parts.append(part)
     return pd.concat(parts, ignore_index=True)
-
-
-def warn_undefined(frame: pd.DataFrame) -> None:
-    """A NaN similarity means a constant layer (CKA undefined): warn once per layer, by name."""
-    bad = frame[frame["value"].isna()]
-    layers = sorted(set(bad["layer_a"].map(lambda s: f"A:{s}")) | set(bad["layer_b"].map(lambda s: f"B:{s}")))
-    if layers:
-        warnings.warn("similarity undefined (NaN) for constant or degenerate layers: " + ", ".join(layers[:10])
-                      + (" ..." if len(layers) > 10 else ""), RuntimeWarning, stacklevel=3)
 
 
 def compare(model_a: nn.Module, model_b: nn.Module, data: Any, *,
@@ -305,12 +295,12 @@ def compare(model_a: nn.Module, model_b: nn.Module, data: Any, *,
                 progress_bar.advance(task, distributed.world_size())
 
     options = dict(null=null, seed=seed, rbf_factor=rbf_factor, knn_k=knn_k,
-                   memory_budget_bytes=memory_budget_bytes)
+                   memory_budget_bytes=memory_budget_bytes, names_a=[f"A:{name}" for name in chosen_a],
+                   names_b=[f"B:{name}" for name in chosen_b])
     with Tap(model_a, chosen_a, names[0], reduce=reduce, output_index=output_index, device=device) as tap_a, \
             Tap(model_b, chosen_b, names[1], reduce=reduce, output_index=output_index, device=device) as tap_b:
         measured = measure(activations(), metrics, mode, **options)
     frame = similarity_frame(measured.values, chosen_a, chosen_b)
-    warn_undefined(frame)
     seconds = time.perf_counter() - started
 
     layer_rows = tap_a.layer_rows("a", measured.dims_a) + tap_b.layer_rows("b", measured.dims_b)

@@ -445,3 +445,18 @@ def test_report_renders_hand_made_result_and_escapes_names():
     assert "<script>alert(1)</script>" not in html and "&lt;script&gt;" in html
     assert "<b>evil</b>" not in html
     assert html.count("<svg") >= 2 and "IRIs beside their originals at l1" in html
+
+
+def test_runner_in_output_replacement_mode_records_it():
+    torch.manual_seed(0)
+    model = SkipOver().eval()
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(60, 6, generator=g)
+    y = (x[:, 0] > 0.5).long()
+    info = {"value_range": (0.0, 1.0)}
+    data = Dataset(x[:40], y[:40], "vec", test=Dataset(x[40:], y[40:], "vec", info=info), info=info)
+    with pytest.warns(UserWarning, match="output replacement"):
+        result = run_stitching(model, model, data, layer_a="f", layer_b="f", objectives="fula,slm", steps=0,
+                               init="default", cache_dir=None, progress=False)
+    assert result.meta["cut"]["f->f"].startswith("replace (a path from the input")
+    assert (result.to_frame().penalty == 0).all()

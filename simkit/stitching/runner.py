@@ -112,7 +112,13 @@ def _histogram(errors: Tensor, bins: int = 30) -> dict[str, list[float]]:
     return {"log10_edges": edges.tolist(), "counts": counts.tolist()}
 
 
+MAX_EXAMPLE_VALUES = 3 * 64 * 64  # larger inputs are not copied into result.json
+
+
 def _examples(x: Tensor, iris: IRISet, k: int) -> dict[str, Any]:
+    """The first ``k`` originals, seeds and IRIs (as lists) for the report; none for large inputs."""
+    if x[0].numel() > MAX_EXAMPLE_VALUES:
+        k = 0
     idx = list(range(min(k, len(x))))
     seeds = iris.seed_index[idx]
     return {"original": x[idx].tolist(), "iri": iris.iris[idx].tolist(),

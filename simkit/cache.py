@@ -172,8 +172,8 @@ def compare_caches(path_a: str | Path, path_b: str | Path, *, layers_a: str | Se
     chosen = [select_cached_layers(manifests[0], layers_a), select_cached_layers(manifests[1], layers_b)]
     started = time.perf_counter()
     batches = ((sides[0], sides[1]) for sides in stream_caches([path_a, path_b], chosen, batch_size, n))
-    measured = measure(batches, metrics, mode, null=null, seed=seed, names_a=[f"A:{n}" for n in chosen[0]],
-                       names_b=[f"B:{n}" for n in chosen[1]], **options)
+    measured = measure(batches, metrics, mode, null=null, seed=seed, names_a=[f"{n!r} ({path_a})" for n in chosen[0]],
+                       names_b=[f"{n!r} ({path_b})" for n in chosen[1]], **options)
     frame = similarity_frame(measured.values, chosen[0], chosen[1])
     rows = []
     for side, manifest, names in zip("ab", manifests, chosen, strict=True):

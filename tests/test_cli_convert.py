@@ -77,3 +77,7 @@ def test_report_rerenders_from_the_run_directory(run_dir, tmp_path):
     assert type(loaded).__name__ == "ConvertResult"
     html = loaded.report(tmp_path / "again.html").read_text()
     assert "CKA vs guide after each stage" in html and "<script" not in html
+    loaded.extra["plan"] = "<script>alert(1)</script>"  # user text (a plan file's description) is escaped
+    loaded.tables["stages"].loc[0, "layer"] = "<b>x</b>"
+    html = loaded.report(tmp_path / "escaped.html").read_text()
+    assert "<script>alert" not in html and "&lt;script&gt;alert(1)" in html and "<b>x</b>" not in html

@@ -149,7 +149,7 @@ def test_constant_layer_gives_nan_and_a_warning(data):
     const = nn.Sequential(nn.Linear(6, 3), nn.Linear(3, 2)).double()
     with torch.no_grad():
         const[0].weight.zero_()
-    with pytest.warns(RuntimeWarning, match="B:0"):
+    with pytest.warns(RuntimeWarning, match="'0' \\(model_b\\)"):
         result = compare(a, const, data, layers_a=["1"], layers_b=["0"], metrics=["linear_cka"], progress=False)
     assert np.isnan(result.matrix("linear_cka").loc["1", "0"])
 

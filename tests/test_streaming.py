@@ -300,6 +300,9 @@ def test_exact_null_equals_recomputation_on_permuted_samples():
     metrics = ["linear_cka", "unbiased_cka", "rbf_cka", "mutual_knn"]
     acc = feed(make_accumulator(metrics, "exact", dims(xa), dims(xb), null=k, seed=5, knn_k=3), xa, xb, [7, 13])
     out = acc.compute()
+    desc = acc.describe()
+    assert desc["linear_cka"]["path"] == "stored-gram"
+    assert desc["linear_cka"]["reason"] == "a permutation null needs stored activations"
     perms = streaming._draw_perms(k, n, streaming._perm_generator(5, -1), "cpu").numpy()
     for m in metrics:
         fn = (lambda a, b: np_mutual_knn(a, b, 3)) if m == "mutual_knn" else (lambda a, b, m=m: np_cka(a, b, m))
@@ -407,6 +410,8 @@ def _rank_main(rank: int, world: int, init: str, out: str, sizes: list[int]) -> 
         dist.destroy_process_group()
 
 
+@pytest.mark.distributed
+@pytest.mark.slow
 def test_reduce_over_ranks_with_two_processes_equals_one(tmp_path):
     import torch.multiprocessing as mp
 

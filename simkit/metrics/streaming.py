@@ -5,7 +5,7 @@ One call builds the accumulator the engine feeds (spec §0.1–0.3)::
     acc = make_accumulator(["linear_cka", "unbiased_cka"], "minibatch", dims_a, dims_b)
     for acts_a, acts_b in batches:           # acts_a: list of (b, p_i) tensors, acts_b: list of (b, q_j)
         acc.update(acts_a, acts_b)
-    for t in acc.state(): all_reduce_sum(t)  # under torchrun (sums only; see "Distributed" below)
+    acc.reduce_over_ranks(device)  # under torchrun, on every rank (a no-op in one process)
     acc.compute()  # {metric: {"value": (La, Lb), ["null": (K, La, Lb), "null_mean", "null_p95"]}}
     acc.describe() # {metric: {"mode", "path", "n", ...}} for result.meta
 
@@ -28,13 +28,15 @@ How each metric is computed (``path`` in :meth:`Accumulator.describe`):
 * ``exact`` mode, ``linear_cka`` / ``unbiased_cka`` — path ``"features"``: feature-space sums streamed
   over batches, memory independent of ``n``. All layers of A are concatenated into one ``(b, P)``
   matrix, all of B into ``(b, Q)``, and the cross-product ``XᵀY`` (P×Q) comes from ONE matmul per batch
-  in the activations' dtype, added to float64 sums. Every sum is taken about a fixed reference shift
-  per column (the first batch's mean): HSIC is unchanged by a constant shift, and the shift removes the
-  cancellation that large feature means would cause (the quartic terms below lose ``(mean/std)⁴`` digits
-  without it). With the per-layer self products, column sums, row-norm sums, ``Σ_r x_r‖y_r‖²`` and
-  ``Σ‖x_r‖²‖y_r‖²``, the biased HSIC ``‖X_cᵀY_c‖²`` and the unbiased ``n(n−3)·HSIC_1`` (spec §0.2
-  feature-space form, expanded about the exact global mean) follow exactly at the end. Needs about ``12·P·Q + 8·(Σp_i² + Σq_j²)`` bytes; when
-  that exceeds ``memory_budget_bytes`` the metric falls back to path ``"stored-gram"``.
+  in the activations' dtype, on batch-centred features (so every float32 product depends on its batch
+  alone), then moved in float64 to a fixed reference shift per column (the first batch's mean) and
+  added to float64 sums. HSIC is unchanged by a constant shift, and the shift removes the cancellation
+  that large feature means would cause (the quartic terms lose ``(mean/std)⁴`` digits without it).
+  With the per-layer self products, column sums, row-norm sums, ``Σ_r x_r‖y_r‖²`` and ``Σ‖x_r‖²‖y_r‖²``,
+  the biased HSIC ``‖X_cᵀY_c‖²`` and the unbiased ``n(n−3)·HSIC_1`` (spec §0.2 feature-space form,
+  expanded about the exact global mean) follow exactly at the end. Needs about
+  ``20·P·Q + 8·(Σp_i² + Σq_j²)`` bytes (:func:`feature_path_bytes`); when that exceeds
+  ``memory_budget_bytes`` the metric falls back to path ``"stored-gram"``.
 * path ``"stored-gram"`` (exact ``rbf_cka``, exact CKA beyond the memory budget, and every exact CKA
   metric when a permutation null is asked for): the activations are stored (in their dtype, normally
   float32: ``n·(P+Q)·itemsize`` bytes) up to ``max_stored_n`` samples — beyond that :class:`SimkitError`
@@ -49,28 +51,24 @@ How each metric is computed (``path`` in :meth:`Accumulator.describe`):
 Permutation null (``null=K > 0``): the metric recomputed with B's samples shuffled K times, reported
 as ``null`` (K, La, Lb), ``null_mean`` and ``null_p95`` (95th percentile, linear interpolation).
 Minibatch mode permutes B's centred Grams within each batch (centring commutes with permutations), with
-the permutations of batch ``i`` drawn from ``(seed, i)``: pass ``batch_index`` to :meth:`update` when
-batches are split over ranks, so the draws do not depend on the split. Exact mode needs the stored
-activations and costs K extra Gram passes over B's layers (``K·n²·ΣQ`` multiply-adds).
+the permutations of batch ``i`` drawn from ``(seed, i)``; ``i`` defaults to ``rank + world_size · calls``
+(``simkit.batches``' round-robin split), so the draws do not depend on the number of processes. Exact
+mode needs the stored activations (``n·(P+Q)·itemsize`` bytes) and costs K extra Gram passes over B's
+layers (``K·n²·ΣQ`` multiply-adds).
 
 Constant layers: CKA is undefined; the pairs involving them are NaN and a ``RuntimeWarning`` names the
-layer. Non-finite activations are the engine's check (one sum per layer); a non-finite sum that reaches
-:meth:`compute` raises :class:`SimkitError` naming the layer.
+layer (``names_a`` / ``names_b``). Non-finite activations raise :class:`SimkitError` naming the layer, in
+:meth:`update`, at no extra pass over the features: from the Gram's trace (minibatch), the column sums
+(feature path), or one sum per layer (stored paths).
 
-Distributed: :meth:`state` lists every float64 sum; adding the states of two accumulators fed with
-disjoint batches gives the state of one fed with all of them, provided they use the same reference
-shifts. Minibatch sums have none. The exact feature path takes its shifts from the first batch it sees,
-so under torchrun make them common first, then all-reduce::
-
-    shifts = acc.shifts()                    # list of float64 tensors
-    for t in shifts: dist.broadcast(t, src=0)
-    acc.rebase(shifts)                       # exact re-referencing in float64
-    for t in acc.state(): all_reduce_sum(t)
-
-(:meth:`Accumulator.merge` does the same for two accumulators in one process.)
-Stored paths (``needs_gather`` is True) hold activations, not sums: gather them instead — call
-``merge(other)`` on rank 0 with each other rank's accumulator (sample order does not matter: every
-metric is invariant to a joint reordering of the samples; only the null's random draws change).
+Distributed: :meth:`Accumulator.reduce_over_ranks` does everything, on every rank. Underneath,
+:meth:`state` lists every float64 sum; adding the states of two accumulators fed with disjoint batches
+gives the state of one fed with all of them, provided they use the same reference shifts (minibatch
+sums have none; the feature path takes its shifts from the first batch it sees, so they are first made
+common: ``shifts()`` broadcast from rank 0, then ``rebase(shifts)``, exact in float64). Stored paths
+(``needs_gather``) hold activations, not sums: they are all-gathered and put back in global batch
+order. Every float32 product depends on its batch alone, so 1 and N processes agree to float64
+rounding. :meth:`Accumulator.merge` combines two accumulators in one process the same way.
 """
 
 from __future__ import annotations
@@ -417,9 +415,10 @@ class _MinibatchPart:
 
 
 def feature_path_bytes(dims_a: Sequence[int], dims_b: Sequence[int], itemsize: int = 4) -> int:
-    """Peak bytes of the exact feature-space path: float64 sums plus one batch product and one block."""
+    """Peak bytes of the exact feature-space path: the float64 sums, one batch's product (in the
+    activations' dtype and in float64), one layer block at the end, and the small vectors."""
     p, q = sum(dims_a), sum(dims_b)
-    return (8 + itemsize) * p * q + 8 * (sum(d * d for d in dims_a) + sum(d * d for d in dims_b)) \
+    return (16 + itemsize) * p * q + 8 * (sum(d * d for d in dims_a) + sum(d * d for d in dims_b)) \
         + 16 * max(dims_a) * q + 16 * (p + q) * (len(dims_a) + len(dims_b) + 2)
 
 

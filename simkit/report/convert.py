@@ -40,7 +40,7 @@ def stage_heatmaps(stages: pd.DataFrame) -> list[dict[str, Any]]:
         wide = part.pivot_table(index="stage", columns="layer", values="value", aggfunc="first", sort=False)
         wide = wide.reindex(index=list(dict.fromkeys(part["stage"])), columns=list(dict.fromkeys(part["layer"])))
         wide.index.name, wide.columns.name = "stage", "replaced layer"
-        title = f"CKA vs guide after each stage: {schedule} · {metric} · {init} guide"
+        title = f"{schedule} · {metric} · {init} guide"
         out.append({"title": title, "svg": heatmap_svg(wide, title=title, vmin=0.0, vmax=1.0)})
     return out
 

@@ -22,12 +22,16 @@ app = typer.Typer(
 
 
 def command(*args: Any, **kwargs: Any):
-    """``@app.command`` that turns a SimkitError into one line on stderr and exit code 2."""
+    """``@app.command`` that joins torchrun's process group when launched by it, and turns a
+    SimkitError into one line on stderr and exit code 2."""
 
     def decorate(func):
         @functools.wraps(func)
         def wrapper(*a: Any, **kw: Any):
             try:
+                from simkit.distributed import init_if_launched
+
+                init_if_launched(str(kw.get("device") or "cpu"))  # under torchrun: join its process group
                 return func(*a, **kw)
             except SimkitError as exc:
                 typer.echo(f"error: {exc}", err=True)

@@ -63,11 +63,9 @@ def compare_command(
     trust: TrustOpt = False,
     no_report: NoReportOpt = False,
 ) -> None:
-    from simkit import distributed
     from simkit.cache import is_cache
 
     metrics = split_list(metric) or ["linear_cka", "unbiased_cka"]
-    distributed.init_if_launched(device)
     caches = [m for m in models if is_cache(m)]
     if caches and len(caches) != len(models):
         raise SimkitError("mix of cache directories and model specs; pass two model specs or only caches")

@@ -91,7 +91,7 @@ def napl_command(
         example = dataset.inputs
     stats = path_lengths(net, example)
     if as_json:
-        typer.echo(json.dumps(stats.to_dict()))
+        typer.echo(json.dumps(stats.to_dict(), allow_nan=False))
         return
     typer.echo(f"NAPL {stats.napl:.6g}   APL (unnormalised) {stats.apl:.6g}   "
                f"paths {stats.num_paths:.6g}   activations {len(stats.activations)}")

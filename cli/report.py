@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from simkit.cli.common import command
-from simkit.errors import SimkitError
 
 
 @command("report", help="Re-render DIR/report.html from the files of a run directory (no recomputation).")
@@ -17,11 +16,6 @@ def report(
 ) -> None:
     import simkit
 
-    try:
-        result = simkit.load(run_dir)
-    except FileNotFoundError as exc:  # result.json lists a table whose CSV is gone
-        missing = Path(exc.filename).name if exc.filename else str(exc)
-        raise SimkitError(f"{run_dir} is incomplete: {missing} is missing; "
-                          "rerun the command that wrote it") from None
+    result = simkit.load(run_dir)  # SimkitError for a missing or incomplete run directory
     path = result.report(run_dir / "report.html")
     typer.echo(f"wrote {path}", err=True)

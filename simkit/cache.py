@@ -164,7 +164,14 @@ def compare_caches(path_a: str | Path, path_b: str | Path, *, layers_a: str | Se
                    mode: str = "minibatch", batch_size: int = 64, n: int | None = None, null: int = 0,
                    seed: int = 0, progress: bool = True, **options: Any):
     """Compare two caches as ``simkit.compare`` compares two models; returns a CompareResult."""
-    from simkit.comparison import CompareResult, check_metrics, measure, similarity_frame
+    from simkit.comparison import (
+        CompareResult,
+        check_metrics,
+        compare_summary,
+        layers_meta,
+        measure,
+        similarity_frame,
+    )
 
     metrics = check_metrics(metrics)
     manifests = [read_manifest(path_a), read_manifest(path_b)]
@@ -180,10 +187,10 @@ def compare_caches(path_a: str | Path, path_b: str | Path, *, layers_a: str | Se
         by_name = {layer["name"]: layer for layer in manifest["layers"]}
         rows += [{"model": side, **by_name[name]} for name in names]
     seconds = time.perf_counter() - started
-    summary = {"model_a": manifests[0]["model"], "model_b": manifests[1]["model"], "data": manifests[0]["data"],
-               "n": measured.rows, "mode": mode, "metrics": metrics, "n_layers_a": len(chosen[0]),
-               "n_layers_b": len(chosen[1]), "batch_size": batch_size, "seconds": round(seconds, 3)}
-    meta = run_meta(caches=[str(path_a), str(path_b)], method=measured.method,
+    summary = compare_summary(manifests[0]["model"], manifests[1]["model"], manifests[0]["data"], measured, mode,
+                              metrics, chosen[0], chosen[1], batch_size, seconds)
+    layers = pd.DataFrame(rows)
+    meta = run_meta(caches=[str(path_a), str(path_b)], method=measured.method, layers=layers_meta(layers),
                     settings={"null": null, "seed": seed, "reduce": manifests[0]["reduce"]},
                     timings={"total": round(seconds, 3)})
-    return CompareResult(summary=summary, tables={"similarity": frame, "layers": pd.DataFrame(rows)}, meta=meta)
+    return CompareResult(summary=summary, tables={"similarity": frame, "layers": layers}, meta=meta)

@@ -144,6 +144,8 @@ class Tap:
             except (RuntimeError, TypeError, ValueError) as exc:
                 with suppress(SimkitError):  # drop what the partial forward captured
                     self.capture.pop()
+                if isinstance(exc, SimkitError):  # raised by a hook (e.g. a reduction): already clear
+                    raise
                 first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise SimkitError(f"model {self.label} failed on inputs of shape {describe_batch(batch)}: "
                                   f"{first_line}; check that --data matches the model's input") from exc
@@ -151,10 +153,13 @@ class Tap:
         acts = self.capture.pop()  # finiteness is checked by the accumulator, without another pass
         return [acts[name] for name in self.layers]
 
-    def layer_rows(self, side: str, dims: list[int]) -> list[dict[str, Any]]:
-        """Rows of the ``layers`` table: name, module type, raw output shape, reduction, width."""
+    def layer_rows(self, side: str, dims: list[int], layers: list[str] | None = None) -> list[dict[str, Any]]:
+        """Rows of the ``layers`` table: name, module type, raw output shape, reduction, width.
+
+        ``layers`` (default: every layer of this tap) and ``dims`` are parallel lists.
+        """
         rows = []
-        for name, dim in zip(self.layers, dims, strict=True):
+        for name, dim in zip(self.layers if layers is None else layers, dims, strict=True):
             shape = self.capture.shapes.get(name)
             rows.append({"model": side, "name": name, "type": type(self.model.get_submodule(name)).__name__,
                          "shape": "x".join(str(s) for s in shape[1:]) if shape is not None else "",
@@ -242,6 +247,20 @@ def similarity_frame(values: dict[str, dict[str, np.ndarray]], layers_a: list[st
     return pd.concat(parts, ignore_index=True)
 
 
+def compare_summary(model_a: str, model_b: str, data: str, measured: Measured, mode: str, metrics: list[str],
+                    layers_a: list[str], layers_b: list[str], batch_size: int, seconds: float) -> dict[str, Any]:
+    """The ``summary`` of a compare result (the contract keys), shared by models and caches."""
+    return {"model_a": model_a, "model_b": model_b, "data": data, "n": measured.rows, "mode": mode,
+            "metrics": metrics, "n_layers_a": len(layers_a), "n_layers_b": len(layers_b),
+            "batch_size": batch_size, "seconds": round(seconds, 3)}
+
+
+def layers_meta(layers: pd.DataFrame) -> dict[str, list[dict[str, Any]]]:
+    """``{"a": [...], "b": [...]}``: each side's layers with shape, reduction and width for result.json."""
+    return {side: [{k: v for k, v in row.items() if k != "model"}
+                   for row in layers[layers["model"] == side].to_dict(orient="records")] for side in ("a", "b")}
+
+
 def compare(model_a: nn.Module, model_b: nn.Module, data: Any, *,
             layers_a: str | Sequence[str] = "blocks", layers_b: str | Sequence[str] = "blocks",
             metrics: Sequence[str] = DEFAULT_METRICS, mode: str = "minibatch", batch_size: int = 64,
@@ -259,6 +278,8 @@ def compare(model_a: nn.Module, model_b: nn.Module, data: Any, *,
     from simkit.capture import resolve_layers
 
     metrics = check_metrics(metrics)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise SimkitError(f"--batch-size must be a positive integer, got {batch_size!r}")
     if mode not in MODES:
         raise SimkitError(f"unknown mode {mode!r}; choose exact or minibatch")
     if null < 0:
@@ -278,38 +299,49 @@ def compare(model_a: nn.Module, model_b: nn.Module, data: Any, *,
     steps = None if total is None else -(-total // batch_size)
     progress_bar, task = _progress(steps, progress, f"compare ({mode})")
 
+    # one model against itself: one set of hooks and one forward pass per batch feed both sides
+    same = model_a is model_b
+    union = chosen_a + [name for name in chosen_b if name not in chosen_a] if same else chosen_a
+
     def activations():
         with progress_bar:
             for batch in iter_batches(data, batch_size, n, rank=distributed.rank(),
                                       world_size=distributed.world_size()):
-                yield tap_a.step(batch), tap_b.step(batch)
+                if same:
+                    acts = dict(zip(union, tap_a.step(batch), strict=True))
+                    yield [acts[name] for name in chosen_a], [acts[name] for name in chosen_b]
+                else:
+                    yield tap_a.step(batch), tap_b.step(batch)
                 progress_bar.advance(task, distributed.world_size())
 
     options = dict(null=null, seed=seed, rbf_factor=rbf_factor, knn_k=knn_k,
                    memory_budget_bytes=memory_budget_bytes, device=device,
                    names_a=[f"{name!r} ({names[0]})" for name in chosen_a],
                    names_b=[f"{name!r} ({names[1]})" for name in chosen_b])
-    with Tap(model_a, chosen_a, names[0], reduce=reduce, output_index=output_index, device=device) as tap_a, \
-            Tap(model_b, chosen_b, names[1], reduce=reduce, output_index=output_index, device=device) as tap_b:
+    with ExitStack() as stack:
+        tap_a = stack.enter_context(Tap(model_a, union, names[0], reduce=reduce, output_index=output_index,
+                                        device=device))
+        tap_b = tap_a if same else stack.enter_context(
+            Tap(model_b, chosen_b, names[1], reduce=reduce, output_index=output_index, device=device))
         measured = measure(activations(), metrics, mode, **options)
     frame = similarity_frame(measured.values, chosen_a, chosen_b)
     seconds = time.perf_counter() - started
 
-    layer_rows = tap_a.layer_rows("a", measured.dims_a) + tap_b.layer_rows("b", measured.dims_b)
+    layer_rows = (tap_a.layer_rows("a", measured.dims_a, chosen_a)
+                  + tap_b.layer_rows("b", measured.dims_b, chosen_b))
     layers = pd.DataFrame(layer_rows)
 
-    summary = {
-        "model_a": names[0], "model_b": names[1], "data": data_name or type(data).__name__, "n": measured.rows,
-        "mode": mode, "metrics": metrics, "n_layers_a": len(chosen_a), "n_layers_b": len(chosen_b),
-        "batch_size": batch_size, "seconds": round(seconds, 3),
-    }
+    summary = compare_summary(names[0], names[1], data_name or type(data).__name__, measured, mode, metrics,
+                              chosen_a, chosen_b, batch_size, seconds)
     meta = run_meta(
+        layers=layers_meta(layers),
         settings={"layers_a": layers_a if isinstance(layers_a, str) else list(layers_a),
                   "layers_b": layers_b if isinstance(layers_b, str) else list(layers_b),
                   "reduce": reduce, "null": null, "seed": seed, "device": str(device),
                   "rbf_factor": rbf_factor, "knn_k": knn_k, "world_size": distributed.world_size()},
         method=measured.method,
-        timings={"total": round(seconds, 3), "forward": round(tap_a.forward_seconds + tap_b.forward_seconds, 3),
+        timings={"total": round(seconds, 3),
+                 "forward": round(tap_a.forward_seconds + (0.0 if same else tap_b.forward_seconds), 3),
                  "metrics_final": round(measured.compute_seconds, 3)},
     )
     return CompareResult(summary=summary, tables={"similarity": frame, "layers": layers}, meta=meta)

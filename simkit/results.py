@@ -50,7 +50,13 @@ class RunResult:
     def save(self, out_dir: str | Path, report: bool = True) -> Path:
         """Write the run directory (atomically, file by file); render ``report.html`` unless told not to."""
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        if out.exists() and not out.is_dir():
+            raise SimkitError(f"--out {out} is an existing file, not a directory; choose another --out")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SimkitError(f"cannot create the run directory {out} ({exc.strerror}); choose another --out") \
+                from None
         for name, frame in self.tables.items():
             write_csv(out / f"{name}.csv", frame)
         write_json(out / "result.json", {
@@ -69,6 +75,10 @@ class RunResult:
 
     @classmethod
     def from_dir(cls, run_dir: Path, data: dict[str, Any]) -> RunResult:
+        missing = [f"{name}.csv" for name in data.get("tables", []) if not (run_dir / f"{name}.csv").is_file()]
+        if missing:
+            raise SimkitError(f"{run_dir} is incomplete: {', '.join(missing)} is missing; "
+                              "rerun the command that wrote it")
         tables = {name: pd.read_csv(run_dir / f"{name}.csv", keep_default_na=True)
                   for name in data.get("tables", [])}
         return cls(summary=data.get("summary", {}), tables=tables,

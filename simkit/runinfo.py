@@ -28,10 +28,13 @@ def versions() -> dict[str, str]:
 
 def run_meta(**fields: Any) -> dict[str, Any]:
     """The standard ``meta`` block of a result: the command line, versions, time, plus ``fields``."""
+    from simkit.distributed import world_size
+
     return {
         "command": list(sys.argv),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "versions": versions(),
+        "world_size": world_size(),
         **fields,
     }
 

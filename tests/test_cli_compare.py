@@ -35,6 +35,11 @@ def test_compare_writes_the_run_directory(tmp_path):
         assert key in data["summary"]
     assert data["summary"]["n"] == 64 and data["summary"]["model_a"] == MLP_A
     assert data["meta"]["versions"]["torch"] and data["meta"]["command"]
+    layers = pd.read_csv(out / "layers.csv")
+    for side in ("a", "b"):
+        listed = data["meta"]["layers"][side]
+        assert [row["name"] for row in listed] == list(layers.loc[layers["model"] == side, "name"])
+        assert all(row["shape"] and row["reduction"] == "flatten" and row["dim"] > 0 for row in listed)
     html = (out / "report.html").read_text()
     assert "<svg" in html and "linear_cka" in html
     assert not list(out.glob(".*.tmp"))

@@ -71,3 +71,26 @@ def test_linearize_bad_omega_exits_2(tmp_path):
     result = invoke("linearize", "simkit:cnn1d:channels=4,layers=2", "--omega", "big", "--out", tmp_path / "x")
     assert result.exit_code == 2
     assert "--omega expects numbers" in result.output
+
+
+def test_napl_json_is_strict_json():
+    result = invoke("napl", "simkit:cnn1d:channels=4,layers=2", "--json")
+    assert result.exit_code == 0, result.output
+
+    def refuse(constant):
+        raise AssertionError(f"non-standard JSON constant {constant}")
+
+    data = json.loads(result.stdout, parse_constant=refuse)
+    assert data["nonlinear_fraction"] is None       # channel counts are unknown without --data
+
+
+@pytest.mark.parametrize("command", [
+    ["napl", "simkit:cnn1d:channels=4,layers=2", "--data", "digits"],
+    ["linearize", "simkit:cnn1d:channels=4,layers=2", "--data", "digits", "--n", "16", "--epochs", "1"],
+], ids=["napl", "linearize"])
+def test_data_that_does_not_fit_the_model_exits_2(tmp_path, command):
+    extra = ["--out", tmp_path / "x"] if command[0] == "linearize" else []
+    result = invoke(*command, *extra)
+    assert result.exit_code == 2, result.output
+    assert "failed on inputs of shape (2, 1, 8, 8)" in result.output and "--data" in result.output
+    assert not (tmp_path / "x" / "result.json").exists()

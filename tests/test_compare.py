@@ -116,7 +116,21 @@ def test_hooks_removed_and_modes_restored(data):
     compare(a, b, data, layers_a=["1"], layers_b=["1"], progress=False)
     assert a.training and not b.training
     for model in (a, b):
-        assert all(not m._forward_hooks for m in model.modules())
+        assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+def test_a_model_against_itself_equals_a_copy(data):
+    import copy
+
+    a, _ = tiny_models()
+    kwargs = dict(layers_a=["1", "3"], layers_b=["3", "4"], metrics=["linear_cka", "unbiased_cka"],
+                  mode="exact", batch_size=10, progress=False)
+    same = compare(a, a, data, **kwargs)
+    copied = compare(a, copy.deepcopy(a), data, **kwargs)
+    np.testing.assert_array_equal(same.to_frame()["value"], copied.to_frame()["value"])
+    assert same.matrix("linear_cka").loc["3", "3"] == pytest.approx(1.0, abs=1e-12)
+    assert list(same.tables["layers"]["name"]) == ["1", "3", "3", "4"]
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in a.modules())
 
 
 def test_hooks_removed_after_an_error():
@@ -160,6 +174,7 @@ def test_constant_layer_gives_nan_and_a_warning(data):
     (dict(n=3, metrics=["unbiased_cka"], mode="exact"), "at least 4 samples"),
     (dict(layers_a=["nope"]), "unknown layer"),
     (dict(null=-1), "--null"),
+    (dict(batch_size=0), "--batch-size must be a positive integer"),
 ])
 def test_bad_input_is_a_clear_error(data, kwargs, message):
     a, b = tiny_models()
@@ -180,3 +195,11 @@ def test_save_and_load_round_trip(tmp_path, data):
                                rtol=1e-12)
     assert (tmp_path / "run" / "report.html").is_file()
     assert not list((tmp_path / "run").glob(".*.tmp"))
+
+
+def test_a_reduction_error_is_not_blamed_on_the_data():
+    conv = nn.Sequential(nn.Conv1d(1, 3, 3), nn.ReLU()).double()
+    x = torch.randn(8, 1, 10, dtype=torch.float64)
+    with pytest.raises(SimkitError, match="^reduction 'cls' needs a token sequence") as info:
+        compare(conv, conv, x, layers_a=["0"], layers_b=["1"], reduce="cls", progress=False)
+    assert "--data" not in str(info.value)

@@ -44,5 +44,38 @@ def test_two_processes_equal_one(tmp_path, extra):
     assert list(one.columns) == list(two.columns)
     for column in [c for c in one.columns if c in ("value", "null_mean", "null_p95")]:
         np.testing.assert_allclose(two[column], one[column], rtol=0, atol=1e-10, err_msg=column)
-    summary = json.loads((tmp_path / "two" / "result.json").read_text())["summary"]
+    result = json.loads((tmp_path / "two" / "result.json").read_text())
+    assert result["meta"]["world_size"] == 2
+    summary = result["summary"]
     assert summary["n"] == int(extra[extra.index("--num-samples") + 1])
+
+
+@pytest.mark.skipif(shutil.which("torchrun", path=str(BIN)) is None, reason="torchrun not installed")
+def test_training_runner_under_torchrun_follows_one_process(tmp_path):
+    """`simkit linearize` (train + post-train through the shared loop) on 2 ranks vs 1.
+
+    Tolerance 1e-4 relative on the logged losses: each rank back-propagates its half of every global
+    batch and the float32 gradients are summed across ranks, so they add in another order than in one
+    process. The model has no BatchNorm, whose batch statistics would differ by design when a batch is
+    split over ranks. Only rank 0 writes the run directory.
+    """
+    args = ["linearize", "simkit:cnn2d:channels=4,layers=2,batchnorm=false", "--data", "digits",
+            "--num-samples", "300", "--train", "1", "--epochs", "1", "--omega", "1e-2", "--granularity",
+            "channel", "--batch-size", "64", "--no-cka", "--no-report"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    logs = {}
+    for processes in (1, 2):
+        out = tmp_path / f"p{processes}"
+        prefix = [] if processes == 1 else [str(BIN / "torchrun"), "--standalone", "--nproc_per_node=2",
+                                            "--no-python"]
+        done = subprocess.run([*prefix, str(BIN / "simkit"), *args, "--out", str(out)], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        logs[processes] = sorted(out.glob("*.log.csv"))
+        assert (out / "runs.csv").is_file()
+        assert json.loads((out / "result.json").read_text())["meta"]["world_size"] == processes
+    assert [p.name for p in logs[1]] == [p.name for p in logs[2]] and logs[1]
+    for one, two in zip(logs[1], logs[2], strict=True):
+        a, b = pd.read_csv(one), pd.read_csv(two)
+        assert len(a) == len(b) > 0
+        np.testing.assert_allclose(b["loss"], a["loss"], rtol=1e-4, err_msg=one.name)

@@ -352,3 +352,19 @@ def test_cli_report_missing_table_is_exit_2(tmp_path):
 def test_load_of_a_bad_directory_raises_simkit_error(tmp_path):
     with pytest.raises(simkit.SimkitError, match="is not a simkit run directory"):
         simkit.load(tmp_path)
+
+
+def test_load_of_an_incomplete_directory_raises_simkit_error(tmp_path):
+    run = tmp_path / "run"
+    make_compare(2, 2).save(run, report=False)
+    (run / "similarity.csv").unlink()
+    with pytest.raises(simkit.SimkitError, match="is incomplete: similarity.csv is missing"):
+        simkit.load(run)
+
+
+def test_save_into_a_file_is_a_clear_error(tmp_path):
+    target = tmp_path / "file.txt"
+    target.write_text("x")
+    with pytest.raises(simkit.SimkitError, match="is an existing file, not a directory"):
+        make_compare(2, 2).save(target, report=False)
+    assert target.read_text() == "x"

@@ -378,3 +378,14 @@ def test_attention_to_rnn_converts_a_causal_lm():
         assert key in result.summary and result.summary[key] >= 1.0
     assert [s["target"] for s in result.extra["slots"]] == ["RecurrentBlock", "RecurrentBlock"]
     assert result.summary["task"] == "lm"
+
+
+def test_deep_to_shallow_conversion_runs_end_to_end():
+    guide = tiny_guide(3)
+    result = run_conversion(guide, tiny_data(), recipe="deep-to-shallow", schedules=["progressive", "independent"],
+                            steps_per_stage=3, **QUICK)
+    stages = result.tables["stages"]
+    assert set(stages["layer"]) == {"blocks.0..blocks.1"}
+    assert set(stages[stages["schedule"] == "independent"]["stage"]) == {"stage1", "assembled", "finetuned"}
+    assert result.extra["slots"][0]["guide_params"] > result.extra["slots"][0]["target_params"]
+    assert result.tables["runs"]["converted_accuracy"].between(0, 1).all()

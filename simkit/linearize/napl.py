@@ -40,7 +40,7 @@ from torch import nn
 
 from simkit.errors import SimkitError
 from simkit.linearize.prelu import RELU_FUNCTIONS, RELU_METHODS, SlopeReLU
-from simkit.linearize.trace import trace
+from simkit.linearize.trace import dry_run, trace
 
 ACTIVATION_MODULES = (nn.ReLU, nn.ReLU6, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.ELU, nn.SELU,
                       nn.CELU, nn.Softplus, nn.Mish, nn.Hardswish, nn.Hardsigmoid, nn.Hardtanh,
@@ -93,9 +93,11 @@ class PathLengths:
         return float(sum(a.p * a.channels for a in self.activations) / total) if total else float("nan")
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types only (strict JSON: an unknown nonlinear fraction is None, not NaN)."""
+        fraction = self.nonlinear_fraction
         return {"napl": self.napl, "distribution": self.distribution.tolist(), "apl": self.apl,
                 "apl_distribution": self.apl_distribution.tolist(), "num_paths": self.num_paths,
-                "nonlinear_fraction": self.nonlinear_fraction,
+                "nonlinear_fraction": None if np.isnan(fraction) else fraction,
                 "activations": [vars(a) for a in self.activations]}
 
 
@@ -142,14 +144,13 @@ def _tensor_nodes(gm: fx.GraphModule, example) -> set[fx.Node]:
                 found.add(n)
             return value
 
-    was_training = gm.training
+    modes = {m: m.training for m in gm.modules()}
     gm.eval()
     try:
-        with torch.no_grad():
-            args = list(example.values()) if isinstance(example, dict) else [example]
-            Recorder(gm).run(*args)
+        dry_run(Recorder(gm).run, example)
     finally:
-        gm.train(was_training)
+        for module, mode in modes.items():
+            module.training = mode
     return found
 
 

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from simkit.errors import SimkitError
-from simkit.linearize.trace import trace
+from simkit.linearize.trace import dry_run, trace
 
 GRANULARITIES = ("channel", "layer")
 FREEZE_TOL = 0.01
@@ -244,13 +244,16 @@ def explicit_relus(model: nn.Module) -> tuple[fx.GraphModule, list[ReluSite]]:
 
 
 def _run(model: nn.Module, example) -> None:
-    was_training = model.training
+    modes = {m: m.training for m in model.modules()}
     model.eval()
     try:
-        with torch.no_grad():
-            model(**example) if isinstance(example, dict) else model(example)
+        if isinstance(example, dict):
+            dry_run(lambda *_: model(**example), example)
+        else:
+            dry_run(model, example)
     finally:
-        model.train(was_training)
+        for module, mode in modes.items():
+            module.training = mode
 
 
 def site_channels(gm: nn.Module, sites: list[ReluSite], example) -> None:

@@ -40,3 +40,23 @@ def trace(model: nn.Module) -> fx.GraphModule:
                           f"{first[:160]}); {UNTRACEABLE_HINT}") from None
     name = type(model).__name__
     return fx.GraphModule(tracer.root, graph, name)
+
+
+def dry_run(run, example) -> None:
+    """Call ``run(*inputs)`` once on ``example`` (Tensor (N, ...) or dict of tensors) in eval mode
+    without grad; the caller's model modes are its own business. A forward that fails on these inputs
+    (wrong shape or dtype for the model) becomes a SimkitError naming the input shape."""
+    import torch
+
+    args = list(example.values()) if isinstance(example, dict) else [example]
+    try:
+        with torch.no_grad():
+            run(*args)
+    except SimkitError:
+        raise
+    except (RuntimeError, TypeError, ValueError, IndexError) as exc:
+        shape = {k: tuple(v.shape) for k, v in example.items()} if isinstance(example, dict) \
+            else tuple(example.shape)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SimkitError(f"the model failed on inputs of shape {shape}: {first[:200]}; "
+                          "check that --data fits the model") from None

@@ -158,8 +158,13 @@ def cache_key(model_fingerprint: str, layer: str, data_key: str, settings: IRISe
 
 
 def _save(path: Path, tensors: dict[str, Tensor], metadata: dict[str, str]) -> None:
+    """Write one cache file (rank 0 only under torchrun: every rank computed the same IRIs)."""
     from safetensors.torch import save_file
 
+    from simkit.distributed import is_main_process
+
+    if not is_main_process():
+        return
     atomic_write(path, lambda p: save_file({k: v.contiguous() for k, v in tensors.items()}, str(p),
                                            metadata=metadata))
 

@@ -163,6 +163,7 @@ def run_conversion(guide: nn.Module | str, data: Any, *, recipe: str | None = "c
     head_epochs: head-only epochs before full fine-tuning (default finetune_epochs / 6 [ours]);
     baselines get head_epochs + finetune_epochs epochs of end-to-end training.
     plateau_window / stop_loss: the shared loop's plateau LR control and stop rule per stage.
+    train_guide: epochs of task training of the guide first (a module passed in is trained in place).
     run_dir: where checkpoints go (needed for resume). Returns a ConvertResult.
     """
     torch.set_flush_denormal(True)  # denormals made prototype runs up to 10x slower on CPU

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from simkit.cli.common import DataOpt, DeviceOpt, NOpt, SeedOpt, TrustOpt, command
+from simkit.cli.common import DataOpt, DeviceOpt, NOpt, SeedOpt, TrustOpt, command, load_cli_model
 
 
 @command("capture", help=(
@@ -29,10 +29,9 @@ def capture_command(
 ) -> None:
     from simkit.cache import capture_to_cache
     from simkit.data import load_data
-    from simkit.models import load_model
 
     dataset = load_data(data, n=n, seed=seed)
-    module = load_model(model, seed=seed, trust=trust, weights=str(weights) if weights else None)
+    module = load_cli_model(model, seed=seed, trust=trust, weights=weights)
     path = capture_to_cache(module, dataset, out, layers=layers, reduce=reduce, batch_size=batch_size,
                             n=n, device=device, model_name=model, data_name=data, seed=seed)
     typer.echo(f"wrote {path / 'manifest.json'}", err=True)

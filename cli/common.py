@@ -78,6 +78,16 @@ ResumeOpt = Annotated[bool, typer.Option(
     "--resume", help="Continue an interrupted run from the checkpoints in --out.")]
 
 
+WeightsOpt = Annotated[Path | None, typer.Option("--weights", help="Local weights file for MODEL.")]
+
+
+def load_cli_model(spec: str, *, seed: int, trust: bool, weights: Path | None):
+    """``simkit.models.load_model`` with the CLI's options (a ``--weights`` path or None) → nn.Module."""
+    from simkit.models import load_model
+
+    return load_model(spec, seed=seed, trust=trust, weights=str(weights) if weights else None)
+
+
 def finish(result, out: Path, no_report: bool) -> None:
     """Save a result into its run directory (rank 0 only under torchrun) and say where it went."""
     from simkit.distributed import is_main_process

@@ -16,6 +16,7 @@ from simkit.cli.common import (
     TrustOpt,
     command,
     finish,
+    load_cli_model,
     split_list,
 )
 from simkit.errors import SimkitError
@@ -90,12 +91,10 @@ def compare_command(
         raise SimkitError("--data is required when comparing models, e.g. --data synthetic:3x64x64")
     from simkit.comparison import compare
     from simkit.data import load_data
-    from simkit.models import load_model
 
     dataset = load_data(data, n=n, seed=seed)
-    model_a = load_model(models[0], seed=seed, trust=trust, weights=str(weights_a) if weights_a else None)
-    model_b = load_model(models[1], seed=seed + 1, trust=trust,
-                         weights=str(weights_b) if weights_b else None)
+    model_a = load_cli_model(models[0], seed=seed, trust=trust, weights=weights_a)
+    model_b = load_cli_model(models[1], seed=seed + 1, trust=trust, weights=weights_b)
     index = int(output_index) if output_index is not None and output_index.isdigit() else output_index
     result = compare(model_a, model_b, dataset, layers_a=layers_a, layers_b=layers_b, reduce=reduce.value,
                      device=device, output_index=index, names=(models[0], models[1]), data_name=data,

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from simkit.cli.common import SeedOpt, TrustOpt, command
+from simkit.cli.common import SeedOpt, TrustOpt, WeightsOpt, command, load_cli_model
 
 
 @command("layers", help=(
@@ -24,7 +23,7 @@ def layers_command(
     trust: TrustOpt = False,
     select: Annotated[str | None, typer.Option(
         "--select", help="Show only these layers: names, globs, type:Class, blocks (comma list).")] = None,
-    weights: Annotated[Path | None, typer.Option("--weights", help="Local weights file for MODEL.")] = None,
+    weights: WeightsOpt = None,
     tokenizer: Annotated[str | None, typer.Option(
         "--tokenizer", help="hf:DIR whose tokenizer reads text:FILE data (default: MODEL when it is hf:).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON records.")] = False,
@@ -32,9 +31,8 @@ def layers_command(
     from simkit.capture import layer_table, resolve_layers
     from simkit.data import load_data
     from simkit.errors import SimkitError
-    from simkit.models import load_model
 
-    module = load_model(model, seed=seed, trust=trust, weights=str(weights) if weights else None)
+    module = load_cli_model(model, seed=seed, trust=trust, weights=weights)
     sample, source = None, data
     if data is not None:
         if tokenizer is None and model.startswith("hf:"):

@@ -14,13 +14,13 @@ from simkit.cli.common import (
     ResumeOpt,
     SeedOpt,
     TrustOpt,
+    WeightsOpt,
     command,
     finish,
+    load_cli_model,
     split_floats,
     split_list,
 )
-
-WeightsOpt = Annotated[Path | None, typer.Option("--weights", help="Local weights file for MODEL.")]
 
 
 @command("linearize", help=(
@@ -53,12 +53,11 @@ def linearize_command(
 ) -> None:
     from simkit.data import load_data
     from simkit.linearize.runner import run_linearization
-    from simkit.models import load_model
 
     granularities = split_list(granularity) or ["channel", "layer"]
     omegas = split_floats(omega, "--omega") or [1e-4, 1e-3, 1e-2, 1e-1]
     dataset = load_data(data, n=n, seed=seed)
-    net = load_model(model, seed=seed, trust=trust, weights=str(weights) if weights else None)
+    net = load_cli_model(model, seed=seed, trust=trust, weights=weights)
     result = run_linearization(net, dataset, granularities=granularities, omegas=omegas, epochs=epochs,
                                lr=lr, slope_lr=slope_lr, batch_size=batch_size, fold=fold, cka=cka,
                                train_epochs=train, seed=seed, run_dir=out, resume=resume, progress=True,
@@ -80,9 +79,8 @@ def napl_command(
     trust: TrustOpt = False,
 ) -> None:
     from simkit.linearize.napl import path_lengths
-    from simkit.models import load_model
 
-    net = load_model(model, seed=seed, trust=trust, weights=str(weights) if weights else None)
+    net = load_cli_model(model, seed=seed, trust=trust, weights=weights)
     example = None
     if data is not None:
         from simkit.data import load_data

@@ -7,8 +7,13 @@ Measured as whole processes, each pinned to the same thread count:
   report    `simkit report DIR` on the run directory;
   memory    peak RSS of an exact-mode compare with --reduce mean at n = 8192 against n = 1024.
 
-Usage: python benchmarks/bench_compare.py [--repeats 2] [--skip-memory] [--skip-torch-cka]
-Prints one line per measurement and the ratios; append the output to benchmarks/results/.
+Usage: python benchmarks/bench_compare.py [--repeats 2] [--skip-speed] [--skip-memory] [--skip-torch-cka]
+                                         [--results benchmarks/results/bench_compare.txt]
+
+Every child is measured by ``os.wait4``: CPU seconds (user + sys of the child, the primary figure on a
+shared, loaded machine, where wall time mostly measures the other tenants), wall seconds and peak RSS.
+bare and simkit alternate within each repeat and the best of each is kept. Prints one line per
+measurement and the ratios, and appends them, dated, to the results file.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import sys
 import tempfile
 import textwrap
 import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 LAYERS = "conv1,bn1,relu,maxpool,layer*.?,avgpool,fc"
@@ -51,57 +58,92 @@ TORCH_CKA = textwrap.dedent("""
 """)
 
 
-def run(cmd: list[str], env: dict[str, str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (KiB) of one child process."""
+@dataclass
+class Usage:
+    """One child process: CPU seconds (user + sys), wall seconds, peak RSS in KiB."""
+
+    cpu: float
+    wall: float
+    rss: int
+
+    def line(self) -> str:
+        return f"cpu {self.cpu:7.2f} s  wall {self.wall:7.2f} s  peak RSS {self.rss / 1024:7.1f} MiB"
+
+
+def run(cmd: list[str], env: dict[str, str]) -> Usage:
+    """Measure one child process (stderr kept for the error message)."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - start
-    if status != 0:
-        raise subprocess.CalledProcessError(status, cmd, stderr=proc.stderr.read())
-    return seconds, usage.ru_maxrss
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        if status != 0:
+            err.seek(0)
+            raise subprocess.CalledProcessError(status, cmd, stderr=err.read().decode(errors="replace")[-2000:])
+    return Usage(usage.ru_utime + usage.ru_stime, wall, usage.ru_maxrss)
 
 
-def best(cmd: list[str], env: dict[str, str], repeats: int) -> float:
-    return min(run(cmd, env)[0] for _ in range(repeats))
+def best_of(runs: list[Usage]) -> Usage:
+    """Best CPU and best wall (possibly of different repeats) and the largest RSS."""
+    return Usage(min(r.cpu for r in runs), min(r.wall for r in runs), max(r.rss for r in runs))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--n", type=int, default=1024)
+    parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--skip-torch-cka", action="store_true")
+    parser.add_argument("--results", type=Path, default=Path(__file__).parent / "results" / "bench_compare.txt")
     args = parser.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS=THREADS, MKL_NUM_THREADS=THREADS)
     simkit = str(Path(sys.executable).with_name("simkit"))
     work = Path(tempfile.mkdtemp(prefix="bench-compare-"))
-    compare = [simkit, "compare", "torchvision:resnet18", "torchvision:resnet34", "--data",
-               "synthetic:3x64x64", "--n", str(args.n), "--batch-size", "64", "--layers-a", LAYERS,
-               "--layers-b", LAYERS, "--metric", "linear_cka,unbiased_cka", "--mode", "minibatch",
-               "--no-report", "--out", str(work / "run")]
+    lines = [f"== {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC  n={args.n} threads={THREADS} "
+             f"repeats={args.repeats}  load average {os.getloadavg()[0]:.1f}"]
 
-    bare = best([sys.executable, "-c", BARE.format(n=args.n, threads=THREADS)], env, args.repeats)
-    ours = best(compare, env, args.repeats)
-    print(f"bare forwards   {bare:7.2f} s")
-    print(f"simkit compare  {ours:7.2f} s   ratio {ours / bare:.3f}  (target <= 1.10)")
-    if not args.skip_torch_cka:
-        try:
-            theirs = best([sys.executable, "-c", TORCH_CKA.format(n=args.n, threads=THREADS)], env, 1)
-            print(f"torch-cka       {theirs:7.2f} s   ratio {theirs / bare:.3f}")
-        except subprocess.CalledProcessError:
-            print("torch-cka       not installed or failed (pip install torch-cka)")
-    report = best([simkit, "report", str(work / "run")], env, 1)
-    print(f"simkit report   {report:7.2f} s   (whole process)")
+    def say(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
+    if not args.skip_speed:
+        compare = [simkit, "compare", "torchvision:resnet18", "torchvision:resnet34", "--data",
+                   "synthetic:3x64x64", "--n", str(args.n), "--batch-size", "64", "--layers-a", LAYERS,
+                   "--layers-b", LAYERS, "--metric", "linear_cka,unbiased_cka", "--mode", "minibatch",
+                   "--no-report", "--out", str(work / "run")]
+        bare_cmd = [sys.executable, "-c", BARE.format(n=args.n, threads=THREADS)]
+        bare_runs, ours_runs = [], []
+        for _ in range(args.repeats):  # alternate, so both see the same mix of load
+            bare_runs.append(run(bare_cmd, env))
+            say(f"  bare    {bare_runs[-1].line()}")
+            ours_runs.append(run(compare, env))
+            say(f"  simkit  {ours_runs[-1].line()}")
+        bare, ours = best_of(bare_runs), best_of(ours_runs)
+        say(f"bare forwards   {bare.line()}")
+        say(f"simkit compare  {ours.line()}")
+        say(f"ratio simkit / bare: cpu {ours.cpu / bare.cpu:.3f}  wall {ours.wall / bare.wall:.3f}  (target <= 1.10)")
+        if not args.skip_torch_cka:
+            try:
+                theirs = run([sys.executable, "-c", TORCH_CKA.format(n=args.n, threads=THREADS)], env)
+                say(f"torch-cka       {theirs.line()}")
+                say(f"ratio torch-cka / bare: cpu {theirs.cpu / bare.cpu:.3f}  wall {theirs.wall / bare.wall:.3f}")
+            except subprocess.CalledProcessError as exc:
+                say(f"torch-cka       failed ({(exc.stderr or '').strip().splitlines()[-1:]}); pip install torch-cka")
+        report = run([simkit, "report", str(work / "run")], env)
+        say(f"simkit report   {report.line()}  (whole process)")
     if not args.skip_memory:
         peaks = {}
         for n in (1024, 8192):
             cmd = [simkit, "compare", "torchvision:resnet18", "torchvision:resnet34", "--data",
                    "synthetic:3x64x64", "--n", str(n), "--layers-a", LAYERS, "--layers-b", LAYERS,
                    "--mode", "exact", "--reduce", "mean", "--no-report", "--out", str(work / f"mem{n}")]
-            peaks[n] = run(cmd, env)[1]
-            print(f"exact mean n={n:5d} peak RSS {peaks[n] / 1024:8.1f} MiB")
-        print(f"memory ratio n=8192 / n=1024: {peaks[8192] / peaks[1024]:.3f}  (target <= 1.2)")
+            peaks[n] = run(cmd, env)
+            say(f"exact mean n={n:5d}  {peaks[n].line()}")
+        say(f"memory ratio n=8192 / n=1024: {peaks[8192].rss / peaks[1024].rss:.3f}  (target <= 1.2)")
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    with args.results.open("a") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

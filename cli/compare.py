@@ -53,6 +53,9 @@ def compare_command(
     batch_size: Annotated[int, typer.Option("--batch-size", help="Samples per batch.")] = 64,
     reduce: Annotated[Reduce, typer.Option("--reduce", help="How a layer's output becomes a vector per sample.")] = Reduce.flatten,
     null: Annotated[int, typer.Option("--null", help="Permutations for a null distribution (0 = none).")] = 0,
+    rbf_factor: Annotated[float, typer.Option(
+        "--rbf-factor", help="rbf_cka bandwidth: this factor times the median pairwise distance.")] = 1.0,
+    knn_k: Annotated[int, typer.Option("--knn-k", help="Neighbours per sample for mutual_knn.")] = 10,
     pairing: Annotated[str, typer.Option(
         "--pairing", help="Study of caches: which layers to pair (last, or LAYER_A=LAYER_B).")] = "last",
     output_index: Annotated[str | None, typer.Option(
@@ -73,7 +76,7 @@ def compare_command(
     if len(models) < 2:
         raise SimkitError(f"compare needs two models (or two or more caches), got {len(models)}")
     common = dict(metrics=metrics, mode=mode.value, batch_size=batch_size, n=n, null=null, seed=seed,
-                  progress=True)
+                  rbf_factor=rbf_factor, knn_k=knn_k, progress=True)
     if caches:
         from simkit.cache import compare_caches
         from simkit.study import run_study

@@ -90,7 +90,7 @@ def parse() -> argparse.Namespace:
 
 def main() -> None:
     args = parse()
-    torch.set_flush_denormal(True)
+    torch.set_flush_denormal(True)  # a script of its own: the whole process may flush
     text = docstrings()
     ids, vocab = encode(text, args.vocab)
     cut = int(len(ids) * 0.9)  # train on the first 90 % of the text, test on the rest

@@ -61,7 +61,7 @@ def trained_guide(spec: str, seed: int, data, epochs: float, run_dir: Path, resu
 
 def main() -> None:
     args = parse()
-    torch.set_flush_denormal(True)
+    torch.set_flush_denormal(True)  # a script of its own: the whole process may flush
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     arms = [tuple(a.split(":")) for a in args.arms.split(",") if a.strip()]
     baselines = [] if args.baselines == "none" else [b for b in args.baselines.split(",") if b]

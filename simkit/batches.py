@@ -55,14 +55,19 @@ def count_rows(data: Any) -> int | None:
     return None
 
 
+def check_batch_size(batch_size: int) -> None:
+    """Raise unless ``batch_size`` is a positive integer."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise SimkitError(f"--batch-size must be a positive integer, got {batch_size!r}")
+
+
 def iter_batches(data: Any, batch_size: int, n: int | None = None, *, rank: int = 0,
                  world_size: int = 1) -> Iterator[Batch]:
     """Yield this rank's input batches of at most ``batch_size`` rows, ``n`` samples in all at most.
 
     data: Tensor (N, ...), dict of (N, ...) tensors, Dataset, or an iterable of batches.
     """
-    if batch_size < 1:
-        raise SimkitError(f"batch size must be at least 1, got {batch_size}")
+    check_batch_size(batch_size)
     if _is_dataset(data) or isinstance(data, torch.Tensor | dict):
         total = count_rows(data) if n is None else min(n, count_rows(data))
         rows = data.rows if _is_dataset(data) else lambda start, stop: _slice(data, start, stop)
@@ -79,6 +84,7 @@ def iter_batches(data: Any, batch_size: int, n: int | None = None, *, rank: int 
 def rebatch(stream: Iterable[Batch], batch_size: int, n: int | None, rank: int,
              world_size: int) -> Iterator[Batch]:
     """Cut a stream of arbitrary-size batches into global batches of ``batch_size`` rows."""
+    check_batch_size(batch_size)
     pending: list[Batch] = []
     pending_rows = 0
     seen = 0

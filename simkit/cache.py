@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from simkit import distributed
-from simkit.batches import count_rows, iter_batches, rebatch
+from simkit.batches import check_batch_size, count_rows, iter_batches, rebatch
 from simkit.errors import SimkitError, unknown_name_error
 from simkit.io import atomic_write, write_json
 from simkit.runinfo import run_meta
@@ -35,6 +35,7 @@ def is_cache(path: str | Path) -> bool:
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:
+    """The parsed ``manifest.json`` of the cache directory ``path`` (model, data, n, layers with dims)."""
     path = Path(path)
     if not is_cache(path):
         raise SimkitError(f"{path} is not an activation cache (no {MANIFEST}); write one with `simkit capture`")
@@ -57,6 +58,8 @@ def capture_to_cache(model: nn.Module, data: Any, out: str | Path, *, layers: st
     from safetensors.torch import save_file
 
     from simkit.capture import resolve_layers
+
+    check_batch_size(batch_size)
     from simkit.comparison import Tap, _progress
 
     if distributed.is_distributed():

@@ -409,8 +409,9 @@ class capture:  # noqa: N801  (used as a context manager: `with capture(model, l
                 value, original, version = calls[0]
                 if original is not None and original._version != version:
                     if self._checked and name not in self.mutated:
-                        raise RuntimeError(f"layer {name!r}: the model changed this output in place after "
-                                           "it was captured, only on some batches; its values are unreliable")
+                        raise SimkitError(f"layer {name!r}: the model changed this output in place after "
+                                          "it was captured, only on some batches; capture another layer or "
+                                          "use --reduce mean (which copies)")
                     self.mutated.add(name)
                 self.dims[name] = int(value.shape[1])
                 out[name] = value

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from simkit import distributed
-from simkit.batches import Batch, count_rows, iter_batches
+from simkit.batches import Batch, check_batch_size, count_rows, iter_batches
 from simkit.errors import SimkitError
 from simkit.results import RunResult
 from simkit.runinfo import run_meta
@@ -271,15 +271,33 @@ def compare(model_a: nn.Module, model_b: nn.Module, data: Any, *,
             ) -> CompareResult:
     """Compare every chosen layer of ``model_a`` with every chosen layer of ``model_b``.
 
-    data: Tensor (N, ...), dict of tensors, ``simkit.data.Dataset`` or an iterable of batches.
+    model_a, model_b: nn.Modules, or model specs (``"torchvision:resnet18"``) loaded as the CLI does
+    (A seeded with ``seed``, B with ``seed + 1``; the specs become the result's model names).
+    data: Tensor (N, ...), dict of tensors, ``simkit.data.Dataset``, an iterable of batches, or a data
+    spec string (``"mnist1d"``, loaded with ``n`` and ``seed``).
     layers_*: names, globs, ``type:Class`` and presets (``blocks``), as a list or a comma string.
+    The models are moved to ``device`` (and stay there); their train/eval flags are restored and no
+    hook is left behind. Passing the same module twice runs one forward pass per batch.
     Returns a CompareResult: ``.matrix(metric)`` is (L_a, L_b); ``.to_frame()`` the long table.
     """
     from simkit.capture import resolve_layers
 
     metrics = check_metrics(metrics)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise SimkitError(f"--batch-size must be a positive integer, got {batch_size!r}")
+    if isinstance(model_a, str) or isinstance(model_b, str):
+        from simkit.models import load_model
+
+        names = (model_a if isinstance(model_a, str) else names[0], model_b if isinstance(model_b, str) else names[1])
+        model_a = load_model(model_a, seed=seed) if isinstance(model_a, str) else model_a
+        model_b = load_model(model_b, seed=seed + 1) if isinstance(model_b, str) else model_b
+    if isinstance(data, str):
+        from simkit.data import load_data
+
+        data_name = data_name or data
+        data = load_data(data, n=n, seed=seed)
+    for side, model in (("model_a", model_a), ("model_b", model_b)):
+        if not isinstance(model, nn.Module):
+            raise SimkitError(f"{side} must be an nn.Module or a model spec string, got {type(model).__name__}")
+    check_batch_size(batch_size)
     if mode not in MODES:
         raise SimkitError(f"unknown mode {mode!r}; choose exact or minibatch")
     if null < 0:
@@ -338,7 +356,7 @@ def compare(model_a: nn.Module, model_b: nn.Module, data: Any, *,
         settings={"layers_a": layers_a if isinstance(layers_a, str) else list(layers_a),
                   "layers_b": layers_b if isinstance(layers_b, str) else list(layers_b),
                   "reduce": reduce, "null": null, "seed": seed, "device": str(device),
-                  "rbf_factor": rbf_factor, "knn_k": knn_k, "world_size": distributed.world_size()},
+                  "rbf_factor": rbf_factor, "knn_k": knn_k},
         method=measured.method,
         timings={"total": round(seconds, 3),
                  "forward": round(tap_a.forward_seconds + (0.0 if same else tap_b.forward_seconds), 3),

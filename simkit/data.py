@@ -125,8 +125,9 @@ class Dataset:
 
     def batches(self, batch_size: int) -> Iterator[Tensor | dict[str, Tensor]]:
         """Inputs in order, ``batch_size`` samples at a time (the last batch may be smaller)."""
-        if batch_size < 1:
-            raise SimkitError(f"batch size must be at least 1, got {batch_size}")
+        from simkit.batches import check_batch_size
+
+        check_batch_size(batch_size)
         for start in range(0, len(self), batch_size):
             yield self.rows(start, min(start + batch_size, len(self)))
 
@@ -367,8 +368,21 @@ def _synthetic(*, spec, target, options, n, seed, tokenizer) -> Dataset:
     return Dataset(None, None, spec, None, info, generate=generate, length=count)
 
 
+def _to_tensor(array: Any, spec: str, what: str) -> Tensor:
+    """``array`` (Tensor, numpy array or nested lists) as a tensor; SimkitError for non-numeric data."""
+    if isinstance(array, Tensor):
+        return array
+    try:
+        return torch.as_tensor(np.asarray(array))
+    except (TypeError, ValueError, RuntimeError):
+        kind = getattr(array, "dtype", type(array).__name__)
+        raise SimkitError(f"data {spec!r}: {what} of type {kind} are not numbers; save numeric arrays "
+                          "(float inputs, integer labels)") from None
+
+
 def _as_inputs(array: np.ndarray | Tensor, spec: str) -> Tensor:
-    tensor = torch.as_tensor(np.asarray(array)) if isinstance(array, np.ndarray) else array
+    """Inputs ``(n, ...)`` as a tensor, floating point cast to float32."""
+    tensor = _to_tensor(array, spec, "inputs")
     if tensor.dim() == 0:
         raise SimkitError(f"data {spec!r} holds a scalar; give an array whose first axis is samples")
     if tensor.is_floating_point() and tensor.dtype != torch.float32:
@@ -377,7 +391,8 @@ def _as_inputs(array: np.ndarray | Tensor, spec: str) -> Tensor:
 
 
 def _as_labels(array: np.ndarray | Tensor, spec: str) -> Tensor:
-    tensor = torch.as_tensor(np.asarray(array)) if isinstance(array, np.ndarray) else array
+    """Labels ``(n,)`` as int64 class indices."""
+    tensor = _to_tensor(array, spec, "labels")
     if tensor.dim() != 1 or tensor.is_floating_point() and not torch.equal(tensor, tensor.round()):
         raise SimkitError(f"data {spec!r}: labels must be a 1-D array of integer classes")
     return tensor.long()
@@ -404,6 +419,10 @@ def _labels_option(spec: str, options: dict[str, str]) -> Tensor | None:
 
 
 def _tensor_dataset(spec: str, inputs: Tensor, labels: Tensor | None, n: int | None, **extra) -> Dataset:
+    """A Dataset of ``inputs (n, ...)`` and optional ``labels (n,)``, capped at ``n`` samples."""
+    if len(inputs) == 0:
+        raise SimkitError(f"data {spec!r} holds no samples (shape {tuple(inputs.shape)}); "
+                          "save an array whose first axis is samples")
     if labels is not None and len(labels) != len(inputs):
         raise SimkitError(f"data {spec!r}: {len(labels)} labels for {len(inputs)} samples; "
                           "give one label per sample")

@@ -4,6 +4,7 @@ so an interrupted run never leaves a half-written file behind."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable
@@ -31,11 +32,13 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
 
 
 def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically; returns ``path``."""
     return atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
 
 
 def write_json(path: str | Path, obj: Any) -> Path:
-    return write_text(path, json.dumps(to_jsonable(obj), indent=2, allow_nan=True) + "\n")
+    """Write ``obj`` (through :func:`to_jsonable`, indented) to ``path`` atomically."""
+    return write_text(path, json.dumps(to_jsonable(obj), indent=2, allow_nan=False) + "\n")
 
 
 def write_csv(path: str | Path, frame) -> Path:
@@ -44,13 +47,17 @@ def write_csv(path: str | Path, frame) -> Path:
 
 
 def save_torch(path: str | Path, obj: Any) -> Path:
+    """``torch.save(obj)`` to ``path`` atomically."""
     import torch
 
     return atomic_write(path, lambda p: torch.save(obj, p))
 
 
 def to_jsonable(obj: Any) -> Any:
-    """Convert numpy/torch scalars and arrays, tuples and Paths into plain JSON types."""
+    """Convert numpy/torch scalars and arrays, tuples and Paths into plain JSON types.
+
+    NaN and ±inf become ``null``: strict JSON has no such numbers, and other tools read these files.
+    """
     import numpy as np
 
     if isinstance(obj, dict):
@@ -59,10 +66,12 @@ def to_jsonable(obj: Any) -> Any:
         return [to_jsonable(v) for v in obj]
     if isinstance(obj, Path):
         return str(obj)
-    if isinstance(obj, np.generic):
-        return obj.item()
     if isinstance(obj, np.ndarray):
-        return obj.tolist()
+        return to_jsonable(obj.tolist())
     if hasattr(obj, "detach") and hasattr(obj, "tolist"):  # torch.Tensor
-        return obj.detach().cpu().tolist()
+        return to_jsonable(obj.detach().cpu().tolist())
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
     return obj

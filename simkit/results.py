@@ -62,6 +62,7 @@ class RunResult:
         write_json(out / "result.json", {
             "kind": self.kind, "summary": self.summary, "meta": self.meta,
             "tables": sorted(self.tables), "extra": self.extra,
+            "text_columns": {name: text_columns(frame) for name, frame in self.tables.items()},
         })
         if report:
             self.report(out / "report.html")
@@ -75,14 +76,33 @@ class RunResult:
 
     @classmethod
     def from_dir(cls, run_dir: Path, data: dict[str, Any]) -> RunResult:
+        """The result saved in ``run_dir`` from its parsed result.json ``data`` and the CSV tables it lists."""
         missing = [f"{name}.csv" for name in data.get("tables", []) if not (run_dir / f"{name}.csv").is_file()]
         if missing:
             raise SimkitError(f"{run_dir} is incomplete: {', '.join(missing)} is missing; "
                               "rerun the command that wrote it")
-        tables = {name: pd.read_csv(run_dir / f"{name}.csv", keep_default_na=True)
+        text = data.get("text_columns", {})
+        tables = {name: pd.read_csv(run_dir / f"{name}.csv", keep_default_na=True,
+                                    converters=dict.fromkeys(text.get(name, []), _as_text))
                   for name in data.get("tables", [])}
         return cls(summary=data.get("summary", {}), tables=tables,
                    meta=data.get("meta", {}), extra=data.get("extra", {}))
+
+
+def text_columns(frame: pd.DataFrame) -> list[str]:
+    """Columns holding strings (and missing values) only: read back as text, so that layer names such
+    as ``0.1`` and ``0.10`` or ``7`` stay the strings they were."""
+    def is_text(column: pd.Series) -> bool:
+        if not (pd.api.types.is_object_dtype(column) or pd.api.types.is_string_dtype(column)):
+            return False
+        values = column.dropna()
+        return len(values) > 0 and bool(values.map(lambda v: isinstance(v, str)).all())
+
+    return [str(name) for name in frame.columns if is_text(frame[name])]
+
+
+def _as_text(value: str) -> str | float:
+    return value if value != "" else float("nan")
 
 
 def load(run_dir: str | Path) -> RunResult:

@@ -82,3 +82,16 @@ def test_study_matrix_matches_pairwise_compares(tmp_path, data):
     assert matrix.loc["cache0", "cache2"] == pytest.approx(pair.matrix("linear_cka").iloc[0, 0], abs=1e-12)
     study.save(tmp_path / "study")
     assert json.loads((tmp_path / "study" / "result.json").read_text())["kind"] == "study"
+
+
+@pytest.mark.parametrize("batch_size", [0, -3])
+def test_bad_batch_size_is_a_clear_error_not_a_hang(tmp_path, data, batch_size):
+    a, b = capture(tmp_path / "a", data, 0), capture(tmp_path / "b", data, 1)
+    message = "--batch-size must be a positive integer"
+    with pytest.raises(SimkitError, match=message):
+        compare_caches(a, b, batch_size=batch_size, progress=False)
+    with pytest.raises(SimkitError, match=message):
+        run_study([a, b, a], batch_size=batch_size, progress=False)
+    with pytest.raises(SimkitError, match=message):
+        capture(tmp_path / "c", data, 0, batch_size=batch_size)
+    assert not (tmp_path / "c").exists()

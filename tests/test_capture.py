@@ -303,7 +303,7 @@ def test_per_layer_reductions_and_late_inplace_change_is_an_error():
         model(negative)
         cap.pop()  # first forward: no change in place, so later batches keep views
         model(positive)
-        with pytest.raises(RuntimeError, match="changed this output in place after it was captured"):
+        with pytest.raises(SimkitError, match="changed this output in place after it was captured"):
             cap.pop()
     expected = model.a(positive).detach().reshape(2, -1)
     with capture(model, "a") as cap:

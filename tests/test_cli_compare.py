@@ -109,3 +109,20 @@ def test_data_that_does_not_fit_the_model(tmp_path):
     result = invoke("compare", MLP_A, MLP_B, "--data", "digits", "--n", "32", "--out", str(tmp_path / "r"))
     assert result.exit_code == 2
     assert "failed on inputs of shape (32, 1, 8, 8)" in result.output and "--data" in result.output
+
+
+def test_knn_k_and_rbf_factor_options(tmp_path):
+    base = ["compare", MLP_A, MLP_B, "--data", "mnist1d", "--n", "8", "--no-report"]
+    default_k = invoke(*base, "--metric", "mutual_knn", "--out", str(tmp_path / "k10"))
+    assert default_k.exit_code == 2 and "needs at least 11 samples" in default_k.output
+    small_k = invoke(*base, "--metric", "mutual_knn", "--knn-k", "3", "--out", str(tmp_path / "k3"))
+    assert small_k.exit_code == 0, small_k.output
+    assert json.loads((tmp_path / "k3" / "result.json").read_text())["meta"]["settings"]["knn_k"] == 3
+    values = {}
+    for factor in ("1", "3"):
+        done = invoke(*base, "--metric", "rbf_cka", "--rbf-factor", factor, "--out", str(tmp_path / f"rbf{factor}"))
+        assert done.exit_code == 0, done.output
+        values[factor] = pd.read_csv(tmp_path / f"rbf{factor}" / "similarity.csv")["value"].to_numpy()
+    assert not np.allclose(values["1"], values["3"])
+    bad = invoke(*base, "--metric", "rbf_cka", "--rbf-factor", "0", "--out", str(tmp_path / "bad"))
+    assert bad.exit_code == 2 and "rbf_factor must be a positive number" in bad.output

@@ -78,6 +78,20 @@ def test_exact_mode_equals_reference_whatever_the_batch_size(data):
                 assert matrix.loc[la, lb] == pytest.approx(reference_linear_cka(acts_a[la], acts_b[lb]), abs=1e-10)
 
 
+@pytest.mark.parametrize("memory_budget_bytes, path", [(2**30, "features"), (1, "stored-gram")])
+def test_exact_unbiased_cka_equals_full_data_reference_whatever_the_batch_size(data, memory_budget_bytes, path):
+    a, b = tiny_models()
+    acts_a, acts_b = manual_activations(a, data, ["1", "3"]), manual_activations(b, data, ["2"])
+    for batch_size in (3, 7, 48):
+        result = compare(a, b, data, layers_a=["1", "3"], layers_b=["2"], metrics=["unbiased_cka"], mode="exact",
+                         batch_size=batch_size, memory_budget_bytes=memory_budget_bytes, progress=False)
+        assert result.meta["method"]["unbiased_cka"]["path"] == path
+        for la in ("1", "3"):
+            k, l_ = acts_a[la] @ acts_a[la].T, acts_b["2"] @ acts_b["2"].T
+            expected = reference_hsic1(k, l_) / np.sqrt(reference_hsic1(k, k) * reference_hsic1(l_, l_))
+            assert result.matrix("unbiased_cka").loc[la, "2"] == pytest.approx(expected, abs=1e-10)
+
+
 def test_minibatch_mode_equals_nguyen_reference(data):
     a, b = tiny_models()
     result = compare(a, b, data, layers_a=["1", "3"], layers_b=["2"], metrics=["unbiased_cka"],
@@ -203,3 +217,34 @@ def test_a_reduction_error_is_not_blamed_on_the_data():
     with pytest.raises(SimkitError, match="^reduction 'cls' needs a token sequence") as info:
         compare(conv, conv, x, layers_a=["0"], layers_b=["1"], reduce="cls", progress=False)
     assert "--data" not in str(info.value)
+
+
+def test_model_and_data_specs_equal_loaded_objects():
+    from simkit.data import load_data
+    from simkit.models import load_model
+
+    spec_a, spec_b = "simkit:mlp:in_features=40,hidden=8,depth=2", "simkit:mlp:in_features=40,hidden=6,depth=1"
+    kwargs = dict(n=24, seed=3, progress=False, metrics=["linear_cka"])
+    by_spec = compare(spec_a, spec_b, "mnist1d", **kwargs)
+    by_object = compare(load_model(spec_a, seed=3), load_model(spec_b, seed=4), load_data("mnist1d", n=24, seed=3),
+                        **kwargs)
+    np.testing.assert_array_equal(by_spec.to_frame()["value"], by_object.to_frame()["value"])
+    assert by_spec.summary["model_a"] == spec_a and by_spec.summary["data"] == "mnist1d"
+    with pytest.raises(SimkitError, match="model_b must be an nn.Module or a model spec string, got int"):
+        compare(spec_a, 3, "mnist1d", **kwargs)
+
+
+def test_layer_names_that_look_like_numbers_survive_save_and_load(tmp_path):
+    import simkit
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Sequential(*[nn.Linear(4, 4) for _ in range(11)])).double()
+    x = torch.randn(16, 4, dtype=torch.float64)
+    result = compare(model, model, x, layers_a="0.1,0.10", layers_b="0.1,0.10", metrics=["linear_cka"],
+                     progress=False)
+    result.save(tmp_path / "run", report=False)
+    back = simkit.load(tmp_path / "run")
+    assert list(back.tables["layers"]["name"]) == ["0.1", "0.10", "0.1", "0.10"]
+    pd_matrix = back.matrix("linear_cka")
+    assert list(pd_matrix.index) == ["0.1", "0.10"]
+    np.testing.assert_allclose(pd_matrix.to_numpy(), result.matrix("linear_cka").to_numpy(), rtol=1e-12)

@@ -233,3 +233,16 @@ def test_batches_rows_and_windows_agree(n, batch_size, start, stop):
     assert torch.equal(lazy.take(slice(start, stop)).inputs, full[start:stop])
     window = eager.take(slice(start, stop))
     assert torch.equal(window.inputs, full[start:stop]) and torch.equal(window.labels, torch.arange(n)[start:stop])
+
+
+def test_non_numeric_arrays_are_a_clear_error(tmp_path):
+    np.save(tmp_path / "words.npy", np.array(["a", "b", "c"]))
+    with pytest.raises(SimkitError, match=r"inputs of type <U1 are not numbers"):
+        load_data(f"npy:{tmp_path / 'words.npy'}")
+    np.save(tmp_path / "x.npy", np.zeros((3, 2), dtype=np.float32))
+    np.save(tmp_path / "y.npy", np.array(["a", "b", "c"]))
+    with pytest.raises(SimkitError, match=r"labels of type <U1 are not numbers"):
+        load_data(f"npy:{tmp_path / 'x.npy'},labels={tmp_path / 'y.npy'}")
+    np.save(tmp_path / "empty.npy", np.zeros((0, 4), dtype=np.float32))
+    with pytest.raises(SimkitError, match=r"holds no samples \(shape \(0, 4\)\)"):
+        load_data(f"npy:{tmp_path / 'empty.npy'}")

@@ -108,6 +108,16 @@ def test_swap_gives_each_site_its_own_module_and_same_bits(granularity):
     assert any(isinstance(m, nn.ReLU) for m in model.modules())   # the original is untouched
 
 
+def test_swapped_slopes_follow_the_model_dtype():
+    torch.manual_seed(0)
+    model = trained_like(Mixed()).double()
+    x = torch.randn(8, 1, 8, dtype=torch.float64)
+    swapped, _ = swap_relus(model, "channel", x[:2])
+    assert {m.alpha.dtype for _, m in slope_modules(swapped)} == {torch.float64}
+    assert {m.frozen.dtype for _, m in slope_modules(swapped)} == {torch.bool}
+    np.testing.assert_array_equal(swapped(x).detach().numpy(), model(x).detach().numpy())
+
+
 def test_swap_changes_outputs_once_slopes_move():
     """Guards the bitwise test: the swapped net depends on α (the comparison can fail)."""
     torch.manual_seed(0)
@@ -262,10 +272,11 @@ def test_runner_tables_and_resume(tmp_path):
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
     data = Dataset(torch.randn(80, 1, 8, generator=gen), torch.randint(0, 4, (80,), generator=gen), "toy")
-    model = Mixed()
+    model = Mixed().train()
     kwargs = dict(omegas=[1e-2, 1.0], epochs=2, batch_size=32, slope_lr=0.4, progress=False, run_dir=tmp_path,
                   fold=True)
     result = run_linearization(model, data, train_epochs=1, **kwargs)
+    assert all(m.training for m in model.modules())                 # modes restored
     runs = result.tables["runs"]
     assert list(runs.columns[:5]) == ["granularity", "omega", "napl", "nonlinear_fraction", "accuracy"]
     assert len(runs) == 4 and runs["bit_exact_at_start"].all()

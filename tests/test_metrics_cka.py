@@ -239,3 +239,5 @@ def test_bad_shapes_and_options():
         C.gram_rbf(torch.tensor([[0.0], [0.0], [0.0], [0.0], [1.0]], dtype=torch.float64))
     with pytest.raises(SimkitError, match=r"Gram matrices must be square"):
         C.hsic_biased(torch.ones(4, 3), torch.ones(4, 4))
+    with pytest.raises(SimkitError, match=r"biased HSIC needs at least 2 samples, got 1"):
+        C.hsic_biased(torch.ones(1, 1), torch.ones(1, 1))

@@ -295,3 +295,12 @@ def test_hf_wrapper_text_data_and_last_token(tmp_path, monkeypatch):
         hidden = model(**batch)
         act = cap.pop()["model.layers.1"]
     assert torch.equal(act[0], hidden[0, 2]) and torch.equal(act[1], hidden[1, 3])  # last real token
+
+
+def test_corrupt_safetensors_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"not a safetensors file")
+    with pytest.raises(SimkitError, match=r"cannot read .*bad\.safetensors' as safetensors"):
+        load_model(f"file:{bad},arch=simkit:cnn1d")
+    with pytest.raises(SimkitError, match=r"as safetensors"):
+        load_model("simkit:cnn1d", weights=str(bad))

@@ -66,6 +66,7 @@ def weighted_depth(gm: fx.GraphModule) -> int:
 
 
 def count_params(model: nn.Module) -> int:
+    """Total number of parameter entries of ``model`` (shared parameters counted once)."""
     return sum(p.numel() for p in model.parameters())
 
 

@@ -293,8 +293,13 @@ def swap_relus(model: nn.Module, granularity: str, example) -> tuple[fx.GraphMod
         raise SimkitError(f"unknown granularity {granularity!r}; use channel or layer")
     gm, sites = explicit_relus(model)
     site_channels(gm, sites, example)
+    # slopes live where the model's weights live (device, floating dtype)
+    ref = next((p for p in gm.parameters() if p.is_floating_point()), None)
     for site in sites:
         channels = site.channels if granularity == "channel" else 1
-        replace_module(gm, site.name, SlopeReLU(channels))
+        slope = SlopeReLU(channels)
+        if ref is not None:
+            slope.to(device=ref.device, dtype=ref.dtype)
+        replace_module(gm, site.name, slope)
     gm.recompile()
     return gm, sites

@@ -12,6 +12,7 @@ folded network's depth and size, and linear CKA of every activation site against
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ class LinearizeResult(RunResult):
 
 
 def run_label(granularity: str, omega: float) -> str:
+    """The run's name in every table and the report: ``"channel ω=0.001"``."""
     return f"{granularity} ω={omega:g}"
 
 
@@ -123,6 +125,22 @@ def _stage_name(granularity: str, omega: float) -> str:
     return f"linearize_{granularity}_w{omega:g}".replace("+", "")
 
 
+def _keeps_modes(run):
+    """Decorator: every module of the model (first argument) gets its train/eval flag back on return."""
+
+    @functools.wraps(run)
+    def wrapper(model: nn.Module, *args, **kwargs):
+        modes = {module: module.training for module in model.modules()}
+        try:
+            return run(model, *args, **kwargs)
+        finally:
+            for module, mode in modes.items():
+                module.training = mode
+
+    return wrapper
+
+
+@_keeps_modes
 def run_linearization(model: nn.Module, data, *, granularities: Sequence[str] = GRANULARITIES,
                       omegas: Sequence[float] = (1e-4, 1e-3, 1e-2, 1e-1), epochs: float = 5.0,
                       lr: float = 1e-3, slope_lr: float = 1e-2, batch_size: int = 128, eps: float = 1e-3,
@@ -133,7 +151,8 @@ def run_linearization(model: nn.Module, data, *, granularities: Sequence[str] = 
     """Linearize a trained ReLU network over granularities × ω values.
 
     model: a classifier (N, ...) → logits (N, classes) that torch.fx can trace; it is not changed
-        unless ``train_epochs`` > 0 (then it is trained first, as stage ``pretrain``).
+        unless ``train_epochs`` > 0 (then it is trained first, as stage ``pretrain``); its modules'
+        train/eval flags are restored on return.
     data: a labelled ``simkit.data.Dataset`` (its native test split, else an 80/20 split seeded by ``seed``).
     Returns a LinearizeResult (see its docstring for the tables).
     """

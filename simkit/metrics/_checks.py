@@ -71,11 +71,13 @@ def check_k(k: int, n: int) -> None:
 
 
 def check_positive(value: float, name: str) -> None:
+    """Raise unless ``value`` is a finite number > 0."""
     if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
         raise SimkitError(f"{name} must be a positive number, got {value!r}")
 
 
 def check_chunk(chunk: int | None) -> None:
+    """Raise unless ``chunk`` is None (automatic) or a positive integer number of rows."""
     if chunk is not None and (int(chunk) != chunk or chunk < 1):
         raise SimkitError(f"chunk must be a positive integer (rows per block), got {chunk!r}")
 

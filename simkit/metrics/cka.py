@@ -118,8 +118,9 @@ def _check_grams(K: Tensor, L: Tensor) -> int:
 
 
 def hsic_biased(K: Tensor, L: Tensor) -> Tensor:
-    """Biased HSIC ``tr(KHLH) / (n−1)²`` of Grams ``(..., n, n)`` → ``(...)``."""
+    """Biased HSIC ``tr(KHLH) / (n−1)²`` of Grams ``(..., n, n)``, ``n ≥ 2`` → ``(...)``."""
     n = _check_grams(K, L)
+    check_min_n(n, 2, "biased HSIC")
     return (center_gram(K) * L).sum((-2, -1)) / (n - 1) ** 2
 
 

@@ -230,7 +230,11 @@ def read_state_dict(path: Path, spec: str) -> dict[str, torch.Tensor]:
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
-        return load_file(str(path))
+        try:
+            return load_file(str(path))
+        except Exception as exc:  # SafetensorError, OSError: a truncated or foreign file
+            raise SimkitError(f"model spec {spec!r}: cannot read {str(path)!r} as safetensors "
+                              f"({str(exc).strip()[:160]}); write it with simkit.models.save_model") from None
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception:

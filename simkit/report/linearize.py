@@ -115,6 +115,7 @@ def _loss_plot(history: pd.DataFrame | None, order: list[str]):
 
 
 def context(result) -> dict[str, Any]:
+    """Template context of a LinearizeResult: figures and tables drawn from its tables only."""
     runs = result.tables["runs"]
     order = [f"{g} ω={w:g}" for g, w in zip(runs["granularity"], runs["omega"], strict=True)]
     dists = result.tables.get("distributions", pd.DataFrame(columns=["run", "length", "probability"]))

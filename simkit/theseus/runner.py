@@ -43,6 +43,7 @@ from simkit.theseus.schedules import (
     run_stage,
 )
 from simkit.theseus.task import Inputs, Task, rows, run_model, take
+from simkit.training.denormals import flush_denormals
 
 GUIDE_INITS = ("trained", "random")
 BASELINES = ("scratch", "kd")
@@ -141,6 +142,7 @@ class _Fitter:
         return run
 
 
+@flush_denormals()  # denormals made prototype runs up to 10x slower on CPU; restored on return
 def run_conversion(guide: nn.Module | str, data: Any, *, recipe: str | None = "conv-to-mlp",
                    plan: str | Any | None = None, schedules: Sequence[str] = ("progressive",),
                    metrics: Sequence[str] = ("cka",), guide_inits: Sequence[str] = ("trained",),
@@ -166,7 +168,6 @@ def run_conversion(guide: nn.Module | str, data: Any, *, recipe: str | None = "c
     train_guide: epochs of task training of the guide first (a module passed in is trained in place).
     run_dir: where checkpoints go (needed for resume). Returns a ConvertResult.
     """
-    torch.set_flush_denormal(True)  # denormals made prototype runs up to 10x slower on CPU
     timer = Timer()
     schedules = _check_names(schedules, SCHEDULES, "schedule")
     guide_inits = _check_names(guide_inits, GUIDE_INITS, "guide init")

@@ -115,8 +115,8 @@ def bar_plot(
     ax.set_title(title, fontsize=10)
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
-    if len(series) > 1:
-        ax.legend(fontsize=7, frameon=False)
+    if len(series) > 1:  # outside the axes, so it never hides a bar
+        ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return img(fig, title)
 
 

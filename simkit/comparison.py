@@ -22,11 +22,10 @@ from torch import nn
 from simkit import distributed
 from simkit.batches import Batch, check_batch_size, count_rows, iter_batches
 from simkit.errors import SimkitError
+from simkit.metrics.streaming import METRICS, MODES
 from simkit.results import RunResult
 from simkit.runinfo import run_meta
 
-METRICS = ("linear_cka", "unbiased_cka", "rbf_cka", "mutual_knn")
-MODES = ("exact", "minibatch")
 DEFAULT_METRICS = ("linear_cka", "unbiased_cka")
 
 

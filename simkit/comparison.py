@@ -22,6 +22,7 @@ from torch import nn
 from simkit import distributed
 from simkit.batches import Batch, check_batch_size, count_rows, iter_batches
 from simkit.errors import SimkitError
+from simkit.forward import forward_error, run_model
 from simkit.metrics.streaming import METRICS, MODES
 from simkit.results import RunResult
 from simkit.runinfo import run_meta
@@ -87,18 +88,6 @@ def _float_dtype(model: nn.Module) -> torch.dtype | None:
     return None
 
 
-def describe_batch(batch: Batch) -> str:
-    """``(32, 1, 40)`` or ``{input_ids: (8, 16), ...}`` for error messages."""
-    if isinstance(batch, dict):
-        return "{" + ", ".join(f"{k}: {tuple(v.shape)}" for k, v in batch.items()) + "}"
-    return str(tuple(batch.shape))
-
-
-def run_model(model: nn.Module, batch: Batch) -> Any:
-    """Call ``model`` on one batch: a dict becomes keyword arguments."""
-    return model(**batch) if isinstance(batch, dict) else model(batch)
-
-
 @contextmanager
 def _eval_mode(model: nn.Module) -> Iterator[None]:
     modes = {name: module.training for name, module in model.named_modules()}
@@ -145,9 +134,7 @@ class Tap:
                     self.capture.pop()
                 if isinstance(exc, SimkitError):  # raised by a hook (e.g. a reduction): already clear
                     raise
-                first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise SimkitError(f"model {self.label} failed on inputs of shape {describe_batch(batch)}: "
-                                  f"{first_line}; check that --data matches the model's input") from exc
+                raise forward_error(exc, batch, f"model {self.label}") from exc
         self.forward_seconds += time.perf_counter() - start
         acts = self.capture.pop()  # finiteness is checked by the accumulator, without another pass
         return [acts[name] for name in self.layers]

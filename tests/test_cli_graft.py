@@ -52,8 +52,8 @@ def test_suite_end_to_end(run):
 @pytest.mark.parametrize("args, message", [
     (["--gate", "double_zero"], "double-zero graft refused"),
     (["simkit:mlp"], "--after is required with a MODEL"),
-    (["--after", "blocks.9", "--steps", "4"], "unknown module 'blocks.9'"),
-    (["--steps", "2"], "--steps must be at least 4"),
+    (["--after", "blocks.9", "--steps", "6"], "unknown module 'blocks.9'"),
+    (["--steps", "4"], "--steps must be at least 6"),
 ])
 def test_bad_input_exits_2(tmp_path, args, message):
     result = CliRunner().invoke(app, ["graft", *args, "--out", str(tmp_path / "x"), "--n", "8"])

@@ -65,7 +65,7 @@ def test_e3_cone_shrinks_with_depth(tiny):
 
 def test_user_model_tasks(tmp_path):
     s = SuiteSettings(model="simkit:cnn1d:channels=4,layers=2", data="synthetic:1x40", n=24, after="blocks.0",
-                      branch="conv", steps=4, progress=False).resolved()
+                      branch="conv", steps=6, progress=False).resolved()
     task = make_task(s)
     assert task.loss_kind == "mse_to_fixed_random_target"
     x, target = task.data
@@ -75,14 +75,14 @@ def test_user_model_tasks(tmp_path):
     np.save(tmp_path / "x.npy", np.random.default_rng(0).normal(size=(20, 1, 40)).astype(np.float32))
     np.save(tmp_path / "y.npy", np.arange(20) % 10)
     labelled = SuiteSettings(model=s.model, data=f"npy:{tmp_path / 'x.npy'},labels={tmp_path / 'y.npy'}",
-                             after="blocks.1", steps=4).resolved()
+                             after="blocks.1", steps=6).resolved()
     assert make_task(labelled).loss_kind == "cross_entropy" and labelled.branch == "mlp"
 
 
 def test_settings_errors():
     with pytest.raises(SimkitError, match="--after is required with a MODEL"):
         SuiteSettings(model="simkit:mlp").resolved()
-    with pytest.raises(SimkitError, match="--steps must be at least 4"):
+    with pytest.raises(SimkitError, match="--steps must be at least 6"):
         SuiteSettings(steps=2).resolved()
     with pytest.raises(SimkitError, match="--data is required with a MODEL"):
         make_task(SuiteSettings(model="simkit:cnn1d", after="blocks.0").resolved())

@@ -48,6 +48,8 @@ def dry_run(run, example) -> None:
     (wrong shape or dtype for the model) becomes a SimkitError naming the input shape."""
     import torch
 
+    from simkit.forward import forward_error
+
     args = list(example.values()) if isinstance(example, dict) else [example]
     try:
         with torch.no_grad():
@@ -55,8 +57,4 @@ def dry_run(run, example) -> None:
     except SimkitError:
         raise
     except (RuntimeError, TypeError, ValueError, IndexError) as exc:
-        shape = {k: tuple(v.shape) for k, v in example.items()} if isinstance(example, dict) \
-            else tuple(example.shape)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SimkitError(f"the model failed on inputs of shape {shape}: {first[:200]}; "
-                          "check that --data fits the model") from None
+        raise forward_error(exc, example, "the model") from None

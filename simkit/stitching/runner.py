@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from simkit.errors import SimkitError
+from simkit.forward import check_accepts
 from simkit.results import RunResult
 from simkit.runinfo import Timer, run_meta
 from simkit.stitching.halves import BackHalf, FrontHalf, record
@@ -180,6 +181,8 @@ def run_stitching(model_a: nn.Module | str, model_b: nn.Module | str, data: Any,
     # plan: cut both models at every pair and check that a stitch can bridge the shapes (fail fast)
     plan = []
     probe = x_train[:2].to(dev)
+    check_accepts(net_a, probe, "model A")
+    check_accepts(net_b, probe, "model B")
     for la, lb in pairs:
         front, back = FrontHalf(net_a, la).to(dev), BackHalf(net_b, lb).to(dev)
         back.probe(probe)

@@ -26,6 +26,7 @@ class GraftResult(RunResult):
 
 def run_graft_suite(settings: SuiteSettings, out: str | Path, *, resume: bool = False) -> GraftResult:
     """Run E1, E2, E3 and F3 for ``settings``; checkpoints and worker files go under ``out``."""
+    from simkit.forward import check_accepts
     from simkit.surgery.experiments import run_e1, run_e2, run_e3, run_f3
     from simkit.surgery.tasks import make_task
 
@@ -35,6 +36,7 @@ def run_graft_suite(settings: SuiteSettings, out: str | Path, *, resume: bool = 
     timer = Timer()
     with timer("setup"):
         task = make_task(s)
+        check_accepts(task.make_model(), task.probe, "the model")
     with timer("e1"):
         e1 = run_e1(task, s)
     with timer("e2"):

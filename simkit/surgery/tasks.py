@@ -57,8 +57,9 @@ class SuiteSettings:
             out.after = "blocks.1"
         if out.branch is None:
             out.branch = "llama" if out.builtin else "mlp"
-        if out.steps < 4:
-            raise SimkitError(f"--steps must be at least 4 (F3 grafts mid-way and interrupts after that), got {out.steps}")
+        if out.steps < 6:  # F3 grafts mid-way, then must checkpoint before it is killed and resumed
+            raise SimkitError(f"--steps must be at least 6 (F3 grafts mid-way, checkpoints, is killed and "
+                              f"resumed), got {out.steps}")
         return out
 
     def to_dict(self) -> dict[str, Any]:

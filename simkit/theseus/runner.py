@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from simkit.errors import SimkitError, unknown_name_error
+from simkit.forward import check_accepts
 from simkit.results import RunResult
 from simkit.runinfo import Timer, run_meta
 from simkit.theseus.finetune import distill, score, train_head, train_task
@@ -226,6 +227,7 @@ def run_conversion(guide: nn.Module | str, data: Any, *, recipe: str | None = "c
         plan_obj = make_plan(recipe, guide, plan=plan, rank=rank, group=group, cell=cell, seed=seed) \
             if plan is None or isinstance(plan, str) else plan
         sample = take(train_x, slice(0, min(4, rows(train_x))))
+        check_accepts(guide, sample, "the guide")
         slots, head = resolve_plan(plan_obj, guide, lambda m: run_model(m, sample), seed=seed)
 
     runs, stage_rows, stage_summary, curves = [], [], [], []

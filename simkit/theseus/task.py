@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from simkit.errors import SimkitError
+from simkit.forward import run_model  # noqa: F401  (the theseus modules import it from here)
 
 Inputs = Tensor | dict[str, Tensor]
 IGNORE = -100
@@ -33,9 +34,6 @@ def rows(inputs: Inputs) -> int:
     return int(next(iter(inputs.values())).shape[0]) if isinstance(inputs, dict) else int(inputs.shape[0])
 
 
-def run_model(model, inputs: Inputs) -> Any:
-    """``model(**inputs)`` for a dict, ``model(inputs)`` otherwise."""
-    return model(**inputs) if isinstance(inputs, dict) else model(inputs)
 
 
 def logits_of(output: Any) -> Tensor:

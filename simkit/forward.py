@@ -1,0 +1,42 @@
+"""Calling a model on a batch, and turning a forward pass that rejects the data into a clear error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from simkit.errors import SimkitError
+
+Batch = torch.Tensor | dict[str, torch.Tensor]
+
+
+def run_model(model: nn.Module, batch: Batch) -> Any:
+    """Call ``model`` on one batch: a dict becomes keyword arguments."""
+    return model(**batch) if isinstance(batch, dict) else model(batch)
+
+
+def describe_batch(batch: Batch) -> str:
+    """``(32, 1, 40)`` or ``{input_ids: (8, 16), ...}`` for error messages."""
+    if isinstance(batch, dict):
+        return "{" + ", ".join(f"{k}: {tuple(v.shape)}" for k, v in batch.items()) + "}"
+    return str(tuple(batch.shape))
+
+
+def forward_error(exc: BaseException, batch: Batch, who: str) -> SimkitError:
+    """The one-line error for a forward pass of ``who`` (e.g. "model A") that failed on ``batch``."""
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return SimkitError(f"{who} failed on inputs of shape {describe_batch(batch)}: {first_line[:200]}; "
+                       "check that --data matches the model's input")
+
+
+def check_accepts(model: nn.Module, batch: Batch, who: str) -> None:
+    """Run ``model`` once on ``batch`` (no grad, modes untouched); a rejected input is a SimkitError."""
+    try:
+        with torch.no_grad():
+            run_model(model, batch)
+    except SimkitError:
+        raise
+    except (RuntimeError, TypeError, ValueError, IndexError) as exc:
+        raise forward_error(exc, batch, who) from None

@@ -97,14 +97,11 @@ def _lstsq_state(front: FrontHalf, back: BackHalf, stitch: StitchLayer, x: Tenso
 
 
 @torch.no_grad()
-def _accuracy(model: nn.Module, x: Tensor, y: Tensor | None, batch_size: int, device: torch.device) -> float:
-    if y is None:
-        return float("nan")
-    correct = 0
-    for start in range(0, len(x), batch_size):
-        logits = model(x[start:start + batch_size].to(device))
-        correct += int((logits.argmax(dim=-1).cpu() == y[start:start + batch_size]).sum())
-    return correct / len(x)
+def _accuracy(model: nn.Module, x: Tensor, y: Tensor | None) -> float:
+    """Top-1 accuracy on the clean test set; NaN when the data has no labels."""
+    from simkit.training import evaluate_accuracy
+
+    return float("nan") if y is None else evaluate_accuracy(model, x, y, batch_size=512)
 
 
 def _histogram(errors: Tensor, bins: int = 30) -> dict[str, list[float]]:
@@ -195,8 +192,8 @@ def run_stitching(model_a: nn.Module | str, model_b: nn.Module | str, data: Any,
         plan.append((la, lb, front, back, shape_a, shape_b, layout_a))
 
     with timer("evaluate"):
-        a_acc = _accuracy(_frozen(net_a).to(dev), x_test, y_test, 512, dev)
-        b_acc = _accuracy(plan[0][3].model, x_test, y_test, 512, dev)
+        a_acc = _accuracy(_frozen(net_a).to(dev), x_test, y_test)
+        b_acc = _accuracy(plan[0][3].model, x_test, y_test)
 
     settings = ["standard"] + (["iri"] if iri else [])
     value_range, range_source = _value_range(train, x_train)
@@ -237,7 +234,7 @@ def run_stitching(model_a: nn.Module | str, model_b: nn.Module | str, data: Any,
                     history = _fit(stitch, StitchLoss(objective, stitched), data_t, config, run_dir,
                                    _check_name(f"stitch_{la}__{lb}__{objective}__{setting}"), resume)
                 with timer("evaluate"):
-                    acc = _accuracy(stitched, x_test, y_test, 512, dev)
+                    acc = _accuracy(stitched, x_test, y_test)
                 rows.append({"layer_a": la, "layer_b": lb, "objective": objective, "setting": setting,
                              "stitched_accuracy": acc, "b_accuracy": b_acc, "penalty": b_acc - acc})
                 train_rows.append({"layer_a": la, "layer_b": lb, "objective": objective, "setting": setting,

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from simkit.theseus.modules import reinitialise
-from simkit.theseus.plans import _first_tensor
+from simkit.theseus.plans import first_tensor
 from simkit.theseus.task import Inputs, Task, logits_of, rows, run_model, take
 
 FitFn = Callable[..., object]
@@ -26,7 +26,7 @@ def head_features(model: nn.Module, head: str, inputs: Inputs, batch_size: int) 
     """Eval-mode inputs of module ``head`` for every sample: (n, *head_in)."""
     feats: list[Tensor] = []
     module = model.get_submodule(head)
-    handle = module.register_forward_pre_hook(lambda m, a: feats.append(_first_tensor(a).detach().clone()))
+    handle = module.register_forward_pre_hook(lambda m, a: feats.append(first_tensor(a).detach().clone()))
     was = model.training
     model.eval()
     try:

@@ -92,7 +92,7 @@ class ReplacementPlan:
                           f"{type(plan).__name__}; see simkit.theseus.plans")
 
 
-def _first_tensor(value: Any) -> torch.Tensor | None:
+def first_tensor(value: Any) -> torch.Tensor | None:
     if isinstance(value, torch.Tensor):
         return value
     if isinstance(value, list | tuple) and value and isinstance(value[0], torch.Tensor):
@@ -124,7 +124,7 @@ def dry_run(model: nn.Module, names: Sequence[str], run: Callable[[nn.Module], A
         def hook(module, a, kw):
             if name not in args:
                 args[name] = (a, kw)
-                x = _first_tensor(a)
+                x = first_tensor(a)
                 if x is not None:
                     inputs[name] = x
         return hook
@@ -133,7 +133,7 @@ def dry_run(model: nn.Module, names: Sequence[str], run: Callable[[nn.Module], A
         def hook(module, a, output):
             if name not in order:
                 order.append(name)
-                y = _first_tensor(output)
+                y = first_tensor(output)
                 if y is not None:
                     outputs[name] = y
         return hook
@@ -235,7 +235,7 @@ def resolve_plan(plan: ReplacementPlan, guide: nn.Module, run: Callable[[nn.Modu
             with torch.no_grad():
                 was = module.training
                 module.eval()
-                out = _first_tensor(module(*a, **kw))
+                out = first_tensor(module(*a, **kw))
                 module.train(was)
         except SimkitError:
             raise
@@ -260,7 +260,7 @@ def resolve_plan(plan: ReplacementPlan, guide: nn.Module, run: Callable[[nn.Modu
     if any(head == n or head.startswith(n + ".") for n in claimed):
         raise SimkitError(f"the head {head!r} is replaced by the plan; keep the output layer and set "
                           "plan.head to it")
-    final = _first_tensor(probe.model_output) if not isinstance(probe.model_output, dict) else None
+    final = first_tensor(probe.model_output) if not isinstance(probe.model_output, dict) else None
     if final is None and hasattr(probe.model_output, "logits"):
         final = probe.model_output.logits
     if head not in probe.outputs or probe.outputs[head] is not final:

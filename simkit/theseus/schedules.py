@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from simkit.errors import SimkitError, unknown_name_error
-from simkit.theseus.plans import Slot, _first_tensor, install
+from simkit.theseus.plans import Slot, first_tensor, install
 from simkit.theseus.task import Inputs, logits_of, rows, run_model, take
 
 SCHEDULES = ("progressive", "sequential", "independent", "joint")
@@ -105,14 +105,14 @@ class _Recorder:
 
     def _hook(self, name: str, stop: bool):
         def hook(module, args, output):
-            self.outputs[name] = _first_tensor(output)
+            self.outputs[name] = first_tensor(output)
             if stop:
                 raise _StopForward
         return hook
 
     def _pre(self, name: str):
         def hook(module, args):
-            self.inputs[name] = _first_tensor(args)
+            self.inputs[name] = first_tensor(args)
         return hook
 
     def value(self, slot: Slot) -> Tensor:

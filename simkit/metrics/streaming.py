@@ -12,11 +12,12 @@ One call builds the accumulator the engine feeds (spec §0.1–0.3)::
 How each metric is computed (``path`` in :meth:`Accumulator.describe`):
 
 * ``minibatch`` mode, ``linear_cka`` / ``unbiased_cka`` / ``rbf_cka`` — path ``"gram"`` (Nguyen et al.
-  2021). Per batch each layer's Gram ``K = x xᵀ`` is computed ONCE, in the activations' dtype (one
-  matmul; a layer whose features are dominated by their mean is redone from features shifted by the
-  batch's first row, see :func:`_batch_grams` — HSIC is unchanged by a shift), then moved to float64
-  and centred (``HKH``, biased HSIC, for ``linear_cka`` and ``rbf_cka``) or U-centred (HSIC_1, for
-  ``unbiased_cka``). The flattened Grams of all layers are stacked as ``(L, b²)`` rows and every pair's HSIC comes from one matrix product.
+  2021). Per batch each layer's Gram ``K = x xᵀ`` is computed ONCE, in the activations' dtype
+  (:mod:`simkit.metrics.gram`: a chunked symmetric product on the CPU; a layer whose features are
+  dominated by their mean is computed from features shifted by the batch's first row — HSIC is
+  unchanged by a shift), then moved to float64 and centred (``HKH``, biased HSIC, for ``linear_cka``
+  and ``rbf_cka``) or U-centred (HSIC_1, for ``unbiased_cka``). The flattened Grams of all layers are
+  stacked as ``(L, b²)`` rows and every pair's HSIC comes from one matrix product.
   Per batch HSIC is normalised by ``(b−1)²`` (biased) or ``b(b−3)`` (HSIC_1), so batches of unequal size
   are averaged as HSIC values; the three streams are summed and the ratio is taken at the end.
   ``rbf_cka``: per-batch RBF Grams with the batch's median pairwise distance (pairs ``i < j``) times
@@ -83,6 +84,7 @@ from torch import Tensor
 from simkit import distributed
 from simkit.errors import SimkitError
 from simkit.metrics.cka import center_gram, u_center_gram
+from simkit.metrics.gram import batch_grams
 from simkit.metrics.knn import clamp_normalize, knn_indices
 
 METRICS = ("linear_cka", "unbiased_cka", "rbf_cka", "mutual_knn")
@@ -228,57 +230,17 @@ class _Sums:
 # ------------------------------------------------------------------------------- minibatch (Grams)
 
 
-#: Minibatch Grams: a layer whose batch has ``‖mean‖² > SHIFT_RATIO · Σ var`` gets its Gram recomputed
-#: from features shifted by the batch's first row (a float32 Gram's rounding grows with ``1 + ‖mean‖²/var``).
-SHIFT_RATIO = 4.0
-#: The shifted recomputation runs over column blocks of at most this many features, each shifted into one
-#: reused buffer (no allocation per layer, the block still in cache for its product).
-GRAM_BLOCK = 16384
-
-
-def _shifted_gram(x: Tensor, buf: Tensor, out: Tensor) -> None:
-    """``out (b, b) = (x − x₀)(x − x₀)ᵀ`` for ``x (b, p)``, ``x₀`` its first row, blockwise through ``buf``."""
-    b, p = x.shape
-    out.zero_()
-    for start in range(0, p, GRAM_BLOCK):
-        stop = min(p, start + GRAM_BLOCK)
-        block = buf[:b * (stop - start)].view(b, stop - start)
-        torch.sub(x[:, start:stop], x[:1, start:stop], out=block)
-        out.addmm_(block, block.T)
-
-
 def _batch_grams(acts: Sequence[Tensor], names: _Names, side: str) -> Tensor:
     """Per-batch linear Grams of one model's layers: L tensors ``(b, p_i)`` → ``(L, b, b)`` float64.
 
-    Each Gram ``x xᵀ`` is one matmul in the activations' dtype (half types in float32), with no extra
-    pass over the features. HSIC only sees centred Grams, and centring cancels any shift exactly, so a
-    layer whose features are dominated by their mean (judged from the Gram itself: ``1ᵀK1/b²`` against
-    ``tr K / b``; this includes constant layers) is recomputed from features shifted by the batch's first
-    row (:func:`_shifted_gram`: one subtraction per entry into a reused buffer, no mean pass), which keeps
-    its float32 Gram accurate and makes a constant layer's Gram exactly zero. In random-init ResNets the
-    wide stem layers (conv1, bn1, relu) are not redone and most narrower ones are. Depends on the batch
-    alone, so any split of the batches over ranks gives the same Grams. Also the finiteness check, for
-    free: a NaN or Inf activation (or one whose square overflows) makes the Gram's trace non-finite;
-    raises :class:`SimkitError` naming the layer of model ``side`` ("a" or "b").
+    :func:`simkit.metrics.gram.batch_grams` (fast, and shifted where the mean dominates), plus the
+    finiteness check for free: a NaN or Inf activation (or one whose square overflows) makes the Gram's
+    trace non-finite; raises :class:`SimkitError` naming the layer of model ``side`` ("a" or "b").
     """
-    b = acts[0].shape[0]
-    dtype = torch.float64 if any(x.dtype == torch.float64 for x in acts) else torch.float32
-    out = torch.empty(len(acts), b, b, dtype=dtype, device=acts[0].device)
-    xs = [x.detach() if x.dtype == dtype else x.detach().to(dtype) for x in acts]
-    for i, x in enumerate(xs):
-        torch.mm(x, x.T, out=out[i])
-    g = out.double()
-    mean_sq = g.sum((-2, -1)) / (b * b)                     # ‖mean‖²
-    total = torch.diagonal(g, dim1=-2, dim2=-1).sum(-1) / b  # mean ‖x_r‖² = ‖mean‖² + Σ var
-    redo, finite = torch.stack([mean_sq * (1 + SHIFT_RATIO) > SHIFT_RATIO * total, torch.isfinite(total)]).tolist()
+    g = batch_grams(acts)
+    finite = torch.isfinite(torch.diagonal(g, dim1=-2, dim2=-1).sum(-1)).tolist()
     if not all(finite):
         raise names.non_finite(side, finite.index(False))
-    redo = [i for i, r in enumerate(redo) if r]
-    if redo:
-        buf = torch.empty(b * min(GRAM_BLOCK, max(xs[i].shape[1] for i in redo)), dtype=dtype, device=g.device)
-        for i in redo:
-            _shifted_gram(xs[i], buf, out[i])
-            g[i] = out[i]
     return g
 
 
@@ -383,7 +345,7 @@ class _MinibatchPart:
         """Constant layers ``(La,), (Lb,)`` bool: ``Σ‖HKH‖² ≤ 1e-9 · Σ tr(HKH)²``.
 
         Any non-constant batch has ``‖HKH‖_F² ≥ tr(HKH)² / b``; a constant layer is shifted by its own
-        value (its first row, see :func:`_batch_grams`), so both sums are exactly 0 for it.
+        value (its first row, see :mod:`simkit.metrics.gram`), so both sums are exactly 0 for it.
         """
         s = self.s
         return (s["var_a"] <= 1e-9 * s["trsq_a"], s["var_b"] <= 1e-9 * s["trsq_b"])

@@ -82,7 +82,9 @@ class RunResult:
             raise SimkitError(f"{run_dir} is incomplete: {', '.join(missing)} is missing; "
                               "rerun the command that wrote it")
         text = data.get("text_columns", {})
-        tables = {name: pd.read_csv(run_dir / f"{name}.csv", keep_default_na=True,
+        # only an empty field is missing: every table is written by to_csv, which writes NaN as "", and
+        # pandas' default NA spellings ("NA", "nan", "None", ...) are valid layer and model names
+        tables = {name: pd.read_csv(run_dir / f"{name}.csv", keep_default_na=False, na_values=[""],
                                     converters=dict.fromkeys(text.get(name, []), _as_text))
                   for name in data.get("tables", [])}
         return cls(summary=data.get("summary", {}), tables=tables,

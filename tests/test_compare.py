@@ -248,3 +248,28 @@ def test_layer_names_that_look_like_numbers_survive_save_and_load(tmp_path):
     pd_matrix = back.matrix("linear_cka")
     assert list(pd_matrix.index) == ["0.1", "0.10"]
     np.testing.assert_allclose(pd_matrix.to_numpy(), result.matrix("linear_cka").to_numpy(), rtol=1e-12)
+
+
+def test_layer_names_that_look_missing_survive_save_and_load(tmp_path):
+    """pandas reads "NA", "nan" and "None" as missing by default; layer names are text, never missing."""
+    import simkit
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            for name in ("NA", "nan", "None"):
+                self.add_module(name, nn.Linear(4, 4))
+
+        def forward(self, x):
+            return getattr(self, "None")(getattr(self, "nan")(getattr(self, "NA")(x)))
+
+    torch.manual_seed(0)
+    model = Net().double()
+    result = compare(model, model, torch.randn(16, 4, dtype=torch.float64), layers_a="NA,nan,None",
+                     layers_b="NA,nan,None", metrics=["linear_cka"], progress=False)
+    result.save(tmp_path / "run", report=False)
+    back = simkit.load(tmp_path / "run")
+    assert list(back.tables["layers"]["name"]) == ["NA", "nan", "None"] * 2
+    assert list(back.matrix("linear_cka").index) == ["NA", "nan", "None"]
+    np.testing.assert_allclose(back.matrix("linear_cka").to_numpy(), result.matrix("linear_cka").to_numpy(),
+                               rtol=1e-12)

@@ -60,7 +60,8 @@ def capture_to_cache(model: nn.Module, data: Any, out: str | Path, *, layers: st
     from simkit.capture import resolve_layers
 
     check_batch_size(batch_size)
-    from simkit.comparison import Tap, _progress
+    from simkit.comparison import Tap
+    from simkit.progress import progress_bar
 
     if distributed.is_distributed():
         raise SimkitError("simkit capture runs in one process; launch it without torchrun")
@@ -88,7 +89,8 @@ def capture_to_cache(model: nn.Module, data: Any, out: str | Path, *, layers: st
 
     total = count_rows(data)
     steps = None if total is None else -(-min(total, n or total) // batch_size)
-    bar, task = _progress(steps, progress, "capture")
+    bar = progress_bar(progress)
+    task = bar.add_task("capture", total=steps)
     with Tap(model, chosen, model_name, reduce=reduce, output_index=output_index,
              device=torch.device(device)) as tap, bar:
         for batch in iter_batches(data, batch_size, n):

@@ -24,6 +24,7 @@ from simkit.batches import Batch, check_batch_size, count_rows, iter_batches
 from simkit.errors import SimkitError
 from simkit.forward import forward_error, run_model
 from simkit.metrics.streaming import METRICS, MODES
+from simkit.progress import progress_bar as make_progress_bar
 from simkit.results import RunResult
 from simkit.runinfo import run_meta
 
@@ -151,15 +152,6 @@ class Tap:
                          "shape": "x".join(str(s) for s in shape[1:]) if shape is not None else "",
                          "reduction": self.capture.reductions.get(name, ""), "dim": dim})
         return rows
-
-
-def _progress(total: int | None, enabled: bool, description: str):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeRemainingColumn(), disable=not enabled or not distributed.is_main_process(),
-                        transient=True)
-    return progress, progress.add_task(description, total=total)
 
 
 @dataclass
@@ -301,7 +293,8 @@ def compare(model_a: nn.Module, model_b: nn.Module, data: Any, *,
     if total is not None and n is not None:
         total = min(total, n)
     steps = None if total is None else -(-total // batch_size)
-    progress_bar, task = _progress(steps, progress, f"compare ({mode})")
+    progress_bar = make_progress_bar(progress)
+    task = progress_bar.add_task(f"compare ({mode})", total=steps)
 
     # one model against itself: one set of hooks and one forward pass per batch feed both sides
     same = model_a is model_b

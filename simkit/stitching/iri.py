@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from simkit.errors import SimkitError
 from simkit.io import atomic_write
+from simkit.progress import progress_bar
 
 SEEDS = ("data", "noise")
 OPTIMIZERS = ("sgd", "adam")
@@ -215,7 +216,7 @@ def generate_iris(front: nn.Module, x: Tensor, settings: IRISettings, *, value_r
         saved = _load(partial)
         done = int(saved["done"])
         iris[:done], errors[:done], steps[:done] = saved["iris"][:done], saved["rel_error"][:done], saved["steps"][:done]
-    bar = _progress(progress)
+    bar = progress_bar(progress)
     with bar:
         task = bar.add_task(description, total=n, completed=done)
         for start in range(done, n, settings.batch_size):
@@ -238,9 +239,3 @@ def generate_iris(front: nn.Module, x: Tensor, settings: IRISettings, *, value_r
     return result, {"cache": "miss", "path": str(path)}
 
 
-def _progress(enabled: bool):
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                    console=Console(stderr=True), disable=not enabled)

@@ -33,6 +33,7 @@ from torch.optim import Optimizer
 
 from simkit import distributed as dist
 from simkit.errors import SimkitError
+from simkit.progress import progress_bar
 from simkit.seeding import seed_everything
 from simkit.training.config import TrainConfig, TrainHistory
 from simkit.training.plateau import LRController
@@ -137,12 +138,9 @@ class _Deterministic:
 
 
 def _progress(config: TrainConfig):
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import TextColumn
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("loss {task.fields[loss]}"), TimeRemainingColumn(),
-                    console=Console(stderr=True), disable=not (config.progress and dist.is_main_process()))
+    return progress_bar(config.progress, TextColumn("loss {task.fields[loss]}"), transient=False)
 
 
 def _check_data(data: Sequence[Tensor]) -> int:

@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from simkit.cli.common import (
     DataOpt,
+    DeviceOpt,
     NOpt,
     NoReportOpt,
     OutOpt,
     ResumeOpt,
     SeedOpt,
     TrustOpt,
+    check_inputs,
     command,
     finish,
     split_list,
 )
-from simkit.errors import SimkitError
 
 
 @command("convert", help=(
@@ -61,21 +61,32 @@ def convert_command(
     n: NOpt = None,
     seed: SeedOpt = 0,
     trust: TrustOpt = False,
+    device: DeviceOpt = "cpu",
     resume: ResumeOpt = False,
     no_report: NoReportOpt = False,
 ) -> None:
+    from simkit.forward import resolve_device
     from simkit.theseus.runner import run_conversion
 
+    resolve_device(device)  # a device that is not there fails before anything is written
+
     chosen_baselines = [] if baselines.strip().lower() == "none" else split_list(baselines)
-    if resume and not Path(out).is_dir():
-        raise SimkitError(f"--resume: {out} does not exist; run without --resume first")
+    recipe = None if plan else recipe
+    schedules = split_list(schedule) or ["progressive"]
+    metrics = split_list(metric) or ["cka"]
+    guide_inits = split_list(guide_init) or ["trained"]
+    check_inputs("convert", out, resume, dict(
+        guide=guide, data=data, recipe=recipe, schedule=schedules, metric=metrics, baselines=chosen_baselines,
+        plan=plan, rank=rank, group=group, cell=cell, steps_per_stage=steps_per_stage,
+        finetune_epochs=finetune_epochs, head_epochs=head_epochs, batch_size=batch_size, lr=lr,
+        guide_init=guide_inits, train_guide=train_guide, plateau_window=plateau_window, n=n, seed=seed),
+        files={"guide": "model", "data": "data", "plan": "plan"})
     result = run_conversion(
-        guide, data, recipe=None if plan else recipe, plan=plan,
-        schedules=split_list(schedule) or ["progressive"], metrics=split_list(metric) or ["cka"],
-        guide_inits=split_list(guide_init) or ["trained"], baselines=chosen_baselines, rank=rank, group=group,
+        guide, data, recipe=recipe, plan=plan, schedules=schedules, metrics=metrics,
+        guide_inits=guide_inits, baselines=chosen_baselines, rank=rank, group=group,
         cell=cell, steps_per_stage=steps_per_stage, finetune_epochs=finetune_epochs, head_epochs=head_epochs,
         batch_size=batch_size, lr=lr, train_guide=train_guide, plateau_window=plateau_window, seed=seed, n=n,
-        run_dir=out, resume=resume, trust=trust)
+        run_dir=out, resume=resume, trust=trust, device=device)
     for _, row in result.tables["runs"].iterrows():
         score = result.extra["score"]
         typer.echo(f"{row['schedule']} {row['metric']} {row['guide_init']}: converted {score} "

@@ -8,7 +8,17 @@ from typing import Annotated
 
 import typer
 
-from simkit.cli.common import NOpt, NoReportOpt, OutOpt, ResumeOpt, SeedOpt, TrustOpt, command, finish
+from simkit.cli.common import (
+    NOpt,
+    NoReportOpt,
+    OutOpt,
+    ResumeOpt,
+    SeedOpt,
+    TrustOpt,
+    check_inputs,
+    command,
+    finish,
+)
 
 
 class Branch(str, Enum):
@@ -61,5 +71,6 @@ def graft_command(
     settings = SuiteSettings(model=model or BUILTIN, data=data, n=n, seed=seed, trust=trust, after=after,
                              branch=branch.value if branch else None, gate=gate.value, steps=steps,
                              batch_size=batch_size, allow_double_zero=allow_double_zero)
+    check_inputs("graft", out, resume, settings.to_dict(), files={"model": "model", "data": "data"})
     result = run_graft_suite(settings, Path(out), resume=resume)
     finish(result, Path(out), no_report)

@@ -9,12 +9,14 @@ from typing import Annotated
 import typer
 
 from simkit.cli.common import (
+    DeviceOpt,
     NOpt,
     NoReportOpt,
     ResumeOpt,
     SeedOpt,
     TrustOpt,
     WeightsOpt,
+    check_inputs,
     command,
     finish,
     load_cli_model,
@@ -48,20 +50,28 @@ def linearize_command(
     n: NOpt = None,
     seed: SeedOpt = 0,
     trust: TrustOpt = False,
+    device: DeviceOpt = "cpu",
     resume: ResumeOpt = False,
     no_report: NoReportOpt = False,
 ) -> None:
     from simkit.data import load_data
+    from simkit.forward import resolve_device
     from simkit.linearize.runner import run_linearization
+
+    resolve_device(device)  # a device that is not there fails before anything is written
 
     granularities = split_list(granularity) or ["channel", "layer"]
     omegas = split_floats(omega, "--omega") or [1e-4, 1e-3, 1e-2, 1e-1]
+    check_inputs("linearize", out, resume, dict(
+        model=model, data=data, granularity=granularities, omega=omegas, epochs=epochs, train=train, lr=lr,
+        slope_lr=slope_lr, batch_size=batch_size, fold=fold, cka=cka, weights=weights, n=n, seed=seed),
+        files={"model": "model", "data": "data", "weights": "path"})
     dataset = load_data(data, n=n, seed=seed)
     net = load_cli_model(model, seed=seed, trust=trust, weights=weights)
     result = run_linearization(net, dataset, granularities=granularities, omegas=omegas, epochs=epochs,
                                lr=lr, slope_lr=slope_lr, batch_size=batch_size, fold=fold, cka=cka,
                                train_epochs=train, seed=seed, run_dir=out, resume=resume, progress=True,
-                               model_spec=model, data_spec=data)
+                               model_spec=model, data_spec=data, device=device)
     finish(result, out, no_report)
 
 

@@ -17,6 +17,7 @@ from simkit.cli.common import (
     ResumeOpt,
     SeedOpt,
     TrustOpt,
+    check_inputs,
     command,
     finish,
     split_list,
@@ -70,7 +71,8 @@ def stitch_command(
     iri_step_size: Annotated[float, typer.Option("--iri-step-size", help="sgd step on the inputs.")] = 0.5,
     iri_lr: Annotated[float, typer.Option("--iri-lr", help="adam learning rate on the inputs.")] = 0.05,
     iri_batch_size: Annotated[int, typer.Option("--iri-batch-size", help="Inputs optimised together.")] = 256,
-    cache_dir: Annotated[Path, typer.Option("--cache-dir", help="IRI cache directory.")] = Path("runs/.iri-cache"),
+    cache_dir: Annotated[Path | None, typer.Option(
+        "--cache-dir", help="IRI cache directory (default: runs/.iri-cache).", show_default=False)] = None,
     n: NOpt = None,
     seed: SeedOpt = 0,
     device: DeviceOpt = "cpu",
@@ -79,13 +81,21 @@ def stitch_command(
     no_report: NoReportOpt = False,
 ) -> None:
     from simkit.stitching.iri import IRISettings
-    from simkit.stitching.runner import run_stitching
+    from simkit.stitching.runner import DEFAULT_CACHE, run_stitching
 
+    layers_a, layers_b = split_list(layer_a) or None, split_list(layer_b) or None
+    objectives = split_list(objective) or ["fula"]
+    check_inputs("stitch", out, resume, dict(
+        model_a=model_a, model_b=model_b, data=data, layer_a=layers_a, layer_b=layers_b, layers=layers,
+        objective=objectives, iri=iri, steps=steps, batch_size=batch_size, lr=lr, init=init, iri_steps=iri_steps,
+        iri_tol=iri_tol, iri_seed=iri_seed, iri_optimizer=iri_optimizer, iri_step_size=iri_step_size,
+        iri_lr=iri_lr, iri_batch_size=iri_batch_size, n=n, seed=seed),
+        files={"model_a": "model", "model_b": "model", "data": "data"})
     settings = IRISettings(steps=iri_steps, tol=iri_tol, seed=iri_seed.value, optimizer=iri_optimizer.value,
                            step_size=iri_step_size, lr=iri_lr, batch_size=iri_batch_size)
     result = run_stitching(
-        model_a, model_b, data, layer_a=split_list(layer_a) or None, layer_b=split_list(layer_b) or None,
-        layers=layers, objectives=split_list(objective) or ["fula"], iri=iri, steps=steps,
+        model_a, model_b, data, layer_a=layers_a, layer_b=layers_b,
+        layers=layers, objectives=objectives, iri=iri, steps=steps,
         batch_size=batch_size, lr=lr, init=init.value, iri_settings=settings, seed=seed, n=n, trust=trust,
-        run_dir=out, resume=resume, cache_dir=cache_dir, device=device)
+        run_dir=out, resume=resume, cache_dir=DEFAULT_CACHE if cache_dir is None else cache_dir, device=device)
     finish(result, out, no_report)

@@ -192,6 +192,18 @@ def parse_spec(spec: str) -> tuple[str, str, dict[str, str]]:
     return kind.strip().lower(), target.strip(), options
 
 
+def local_paths(spec: str) -> list[Path]:
+    """The local files and directories ``spec`` reads: the PATH/DIR/FILE of ``npy``, ``pt``,
+    ``imagefolder`` and ``text``, a ``labels=PATH`` and a ``tokenizer=hf:DIR``; none for generated data."""
+    kind, target, options = parse_spec(spec)
+    paths = [Path(target).expanduser()] if target and kind in ("npy", "pt", "imagefolder", "text") else []
+    if options.get("labels"):
+        paths.append(Path(options["labels"]).expanduser())
+    if options.get("tokenizer", "").startswith("hf:"):
+        paths.append(Path(options["tokenizer"][3:]).expanduser())
+    return paths
+
+
 def load_data(spec: str, *, n: int | None = None, seed: int = 0, tokenizer: str | None = None) -> Dataset:
     """The dataset named by ``spec``, capped to its first ``n`` samples (see the module docstring)."""
     if n is not None and n < 1:

@@ -40,3 +40,28 @@ def check_accepts(model: nn.Module, batch: Batch, who: str) -> None:
         raise
     except (RuntimeError, TypeError, ValueError, IndexError) as exc:
         raise forward_error(exc, batch, who) from None
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``--device`` (``cpu``, ``cuda`` or ``cuda:N``) as a torch.device; one-line SimkitError when it
+    names no device or CUDA is not available (the same message as ``simkit compare --device``)."""
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise SimkitError(f"unknown device {str(device)!r}; use cpu, cuda or cuda:N") from None
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise SimkitError("--device cuda was asked for but no CUDA device is available; use --device cpu")
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise SimkitError(f"--device {resolved}: only {torch.cuda.device_count()} CUDA device(s) are "
+                              "visible; use cuda:0 or --device cpu")
+    elif resolved.type != "cpu":
+        raise SimkitError(f"unsupported device {str(device)!r}; use cpu, cuda or cuda:N")
+    return resolved
+
+
+def to_device(batch: Batch, device: torch.device) -> Batch:
+    """A tensor, or every tensor of a dict, on ``device`` (no copy when it is already there)."""
+    if isinstance(batch, dict):
+        return {k: v.to(device) for k, v in batch.items()}
+    return batch.to(device)

@@ -20,7 +20,7 @@ def run_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("convert")
     result = CliRunner().invoke(app, ["convert", GUIDE, "--recipe", "conv-to-mlp", *TINY,
                                       "--schedule", "progressive,joint", "--metric", "cka",
-                                      "--baselines", "scratch,kd", "--out", str(out)])
+                                      "--baselines", "scratch,kd", "--device", "cpu", "--out", str(out)])
     assert result.exit_code == 0, result.output
     return out
 
@@ -32,6 +32,7 @@ def test_cli_writes_the_contract_files(run_dir):
     for key in ("guide_accuracy", "converted_accuracy", "scratch_accuracy", "kd_accuracy"):
         assert 0.0 <= summary[key] <= 1.0
     assert (summary["schedule"], summary["metric"], summary["recipe"]) == ("progressive", "cka", "conv-to-mlp")
+    assert data["meta"]["settings"]["device"] == "cpu"
     runs = pd.read_csv(run_dir / "runs.csv")
     assert runs["schedule"].tolist() == ["progressive", "joint"]
     stages = pd.read_csv(run_dir / "stages.csv")
@@ -81,3 +82,18 @@ def test_report_rerenders_from_the_run_directory(run_dir, tmp_path):
     loaded.tables["stages"].loc[0, "layer"] = "<b>x</b>"
     html = loaded.report(tmp_path / "escaped.html").read_text()
     assert "<script>alert" not in html and "&lt;script&gt;alert(1)" in html and "<b>x</b>" not in html
+
+
+@pytest.mark.parametrize("device, message", [
+    ("cuda", "error: --device cuda was asked for but no CUDA device is available; use --device cpu"),
+    ("gpu", "error: unknown device 'gpu'; use cpu, cuda or cuda:N"),
+])
+def test_cli_unavailable_device_exits_2_before_writing(tmp_path, device, message):
+    import torch
+
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("a CUDA device is available here")
+    result = CliRunner().invoke(app, ["convert", GUIDE, *TINY, "--device", device, "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2
+    assert result.output.strip() == message
+    assert not (tmp_path / "x").exists()

@@ -40,7 +40,7 @@ def test_linearize_end_to_end_and_resume(tmp_path):
     out = tmp_path / "run"
     args = ["linearize", "simkit:cnn2d:channels=4,layers=2", "--data", "digits", "--n", "200", "--train", "1",
             "--epochs", "1", "--omega", "1e-2,1", "--granularity", "channel,layer", "--batch-size", "64",
-            "--fold", "--out", out]
+            "--fold", "--device", "cpu", "--out", out]
     first = invoke(*args)
     assert first.exit_code == 0, first.output
     runs = pd.read_csv(out / "runs.csv")
@@ -51,6 +51,7 @@ def test_linearize_end_to_end_and_resume(tmp_path):
     summary = json.loads((out / "result.json").read_text())["summary"]
     assert {"original_accuracy", "original_napl", "runs"} <= set(summary)
     assert summary["original_napl"] == pytest.approx(2.0)
+    assert json.loads((out / "result.json").read_text())["meta"]["device"] == "cpu"
     html = (out / "report.html").read_text()
     assert "Accuracy against NAPL" in html and "<script src" not in html
     again = invoke(*args, "--resume", "--no-report")
@@ -65,6 +66,22 @@ def test_linearize_data_without_labels_exits_2(tmp_path):
                     "--epochs", "1", "--out", tmp_path / "x")
     assert result.exit_code == 2
     assert "has no labels" in result.output
+
+
+@pytest.mark.parametrize("device, message", [
+    ("cuda", "error: --device cuda was asked for but no CUDA device is available; use --device cpu"),
+    ("gpu", "error: unknown device 'gpu'; use cpu, cuda or cuda:N"),
+])
+def test_linearize_unavailable_device_exits_2_before_writing(tmp_path, device, message):
+    import torch
+
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("a CUDA device is available here")
+    result = invoke("linearize", "simkit:cnn2d:channels=4,layers=2", "--data", "digits", "--n", "40", "--epochs", "1",
+                    "--device", device, "--out", tmp_path / "x")
+    assert result.exit_code == 2
+    assert result.output.strip() == message
+    assert not (tmp_path / "x").exists()
 
 
 def test_linearize_bad_omega_exits_2(tmp_path):

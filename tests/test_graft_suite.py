@@ -70,7 +70,8 @@ def test_user_model_tasks(tmp_path):
     assert task.loss_kind == "mse_to_fixed_random_target"
     x, target = task.data
     assert target.shape == (24, 10) and torch.equal(target, make_task(s).data[1])  # fixed by the seed
-    e1 = run_e1(task, s)
+    with pytest.warns(RuntimeWarning, match="E1 compared only 240 output values"):
+        e1 = run_e1(task, s)
     assert (e1["mismatches"] == 0).all()
     np.save(tmp_path / "x.npy", np.random.default_rng(0).normal(size=(20, 1, 40)).astype(np.float32))
     np.save(tmp_path / "y.npy", np.arange(20) % 10)
@@ -92,3 +93,27 @@ def test_markov_tokens_seeded_and_in_range():
     a = markov_tokens(10, 12, 50, seed=3)
     assert a.shape == (10, 12) and a.dtype == torch.int64 and 0 <= int(a.min()) and int(a.max()) < 50
     assert torch.equal(a, markov_tokens(10, 12, 50, seed=3)) and not torch.equal(a, markov_tokens(10, 12, 50, 4))
+
+
+def test_e1_warns_and_notes_when_fewer_values_than_the_papers_1600_are_compared(tiny, tmp_path, monkeypatch):
+    import warnings
+
+    from simkit.surgery import experiments, suite
+
+    s = SuiteSettings(model="simkit:cnn1d:channels=4,layers=2", data="synthetic:1x40", n=24, after="blocks.0",
+                      branch="conv", steps=6, progress=False).resolved()
+    task = make_task(s)
+    with pytest.warns(RuntimeWarning, match=r"E1 compared only 240 output values \(24 probe samples\), fewer "
+                                            r"than the 1600 of the paper's check.*raise --n"):
+        e1 = run_e1(task, s)
+    assert (e1["values_compared"] == 24 * 10).all() and (e1["mismatches"] == 0).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        run_e1(tiny[1], tiny[0])                         # 3200 values: no warning
+    # the suite's summary keeps the count and says why it matters (E2, E3, F3 stubbed: only E1 runs)
+    monkeypatch.setattr(experiments, "run_e2", lambda *a: (pd.DataFrame(), pd.DataFrame(), {}))
+    monkeypatch.setattr(experiments, "run_e3", lambda *a: (pd.DataFrame(), {}))
+    monkeypatch.setattr(experiments, "run_f3", lambda *a: (pd.DataFrame(), {}))
+    with pytest.warns(RuntimeWarning, match="E1 compared only 240"):
+        summary = suite.run_graft_suite(s, tmp_path).summary
+    assert summary["e1_values_compared"] == 240 and "fewer than the 1600" in summary["e1_note"]

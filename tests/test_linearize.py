@@ -314,3 +314,29 @@ def test_matched_napl_interpolates_channel_accuracy():
     assert list(matched["how"]) == ["nearest", "interpolated"]
     assert matched["channel_accuracy"].tolist() == pytest.approx([0.6, 0.825])
     assert matched["difference"].tolist() == pytest.approx([0.2, 0.125])
+
+
+@given(st.floats(0, 1e300, allow_nan=False), st.floats(0, 1e300, allow_nan=False))
+def test_omega_text_names_exactly_one_float(a, b):
+    from simkit.linearize.runner import omega_text
+
+    assert float(omega_text(a)) == a and "+" not in omega_text(a)
+    assert (omega_text(a) == omega_text(b)) == (a == b)
+
+
+def test_omegas_equal_to_six_digits_get_their_own_runs_and_checkpoints(tmp_path):
+    from simkit.linearize.runner import omega_text, run_label
+
+    assert [omega_text(w) for w in (1e-3, 1.0, 1e-20, 1.0000001e-4, -0.0)] == [
+        "0.001", "1", "1e-20", "0.00010000001", "0"]
+    assert run_label("channel", 1e-3) == "channel ω=0.001"      # ordinary values stay readable
+    gen = torch.Generator().manual_seed(0)
+    data = Dataset(torch.randn(40, 1, 8, generator=gen), torch.randint(0, 4, (40,), generator=gen), "toy")
+    kwargs = dict(granularities=["layer"], epochs=1, batch_size=32, progress=False, run_dir=tmp_path, cka=False)
+    run_linearization(trained_like(Mixed()), data, omegas=[1e-4], **kwargs)
+    # resume with a second ω that %g spells like the first: it must train, not restore the first's run
+    result = run_linearization(trained_like(Mixed()), data, omegas=[1e-4, 1.0000001e-4, 1e-4], resume=True, **kwargs)
+    names = sorted(p.name for p in (tmp_path / "checkpoints").glob("linearize_*.pt"))
+    assert names == ["linearize_layer_w0.0001.pt", "linearize_layer_w0.00010000001.pt"]
+    assert result.tables["runs"]["omega"].tolist() == [1e-4, 1.0000001e-4]   # the repeated ω runs once
+    assert result.tables["layers"]["run"].unique().tolist() == ["layer ω=0.0001", "layer ω=0.00010000001"]

@@ -228,6 +228,58 @@ def test_constant_activation_gives_nan_and_a_warning(metric):
     assert np.isnan(value)
 
 
+def _rounded_constant(n: int = 60) -> torch.Tensor:
+    """(n, 3) float32: every row the same sum of 64 terms, added in a different order per row, so the
+    rows differ only by float32 rounding (like a bias-only layer computed by different kernels)."""
+    gen = torch.Generator().manual_seed(0)
+    terms = torch.randn(64, generator=gen)
+    sums = torch.stack([terms[torch.randperm(64, generator=gen)].sum() for _ in range(n)])
+    assert sums.unique().numel() > 1                     # not exactly constant
+    return sums[:, None] + torch.tensor([0.5, -2.0, 7.0])
+
+
+def test_constant_up_to_rounding_is_constant_and_small_variance_is_not():
+    from simkit.metrics import streaming
+    from simkit.metrics._checks import CONSTANT_RTOL, is_constant
+
+    assert CONSTANT_RTOL == streaming.CONSTANT_RTOL
+    gen = torch.Generator().manual_seed(1)
+    noise = torch.randn(60, 4, generator=gen, dtype=torch.float64)
+    assert is_constant(torch.full((60, 4), 0.1, dtype=torch.float64)) and is_constant(torch.zeros(5, 2))
+    assert is_constant(_rounded_constant().double())
+    assert is_constant(1e8 + 1e-1 * noise)               # 1e8 with noise at 1e-9 relative
+    assert not is_constant(1.0 + 1e-3 * noise)           # a genuinely varying small-variance layer
+    assert not is_constant(1e-300 * noise) and not is_constant(1e300 * noise)   # no under/overflow
+    big_constant_column = torch.cat([torch.full((60, 1), 1e8, dtype=torch.float64), noise[:, :1]], 1)
+    assert not is_constant(big_constant_column)          # one column varies: CKA is defined
+
+
+@FAST
+@given(st.floats(1e-3, 1e6), st.booleans(), st.integers(-40, 40))
+def test_is_constant_is_relative_to_the_values_magnitude(size, negative, power):
+    from simkit.metrics._checks import is_constant
+
+    shift = (-size if negative else size) * 2.0 ** power
+    spread = torch.linspace(-1, 1, 16, dtype=torch.float64)[:, None] * torch.tensor([1.0, -3.0], dtype=torch.float64)
+    row = torch.full((16, 2), shift, dtype=torch.float64)
+    assert is_constant(row)
+    assert is_constant(row + 1e-9 * shift * spread)      # relative spread 1e-9: rounding
+    assert not is_constant(row + 1e-4 * shift * spread)  # relative spread 1e-4: real variation
+    assert not is_constant(1e-9 * shift * spread)        # the same spread around 0 is real variation
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_rounding_noise_constant_gives_nan_and_a_warning(metric):
+    y = torch.randn(60, 5, generator=torch.Generator().manual_seed(2))
+    with pytest.warns(RuntimeWarning, match="CKA is undefined .x is constant"):
+        value = metric(_rounded_constant(), y)
+    assert np.isnan(value)
+    x = 1.0 + 1e-3 * torch.randn(60, 3, generator=torch.Generator().manual_seed(3))
+    X, Y = x.double().numpy(), y.double().numpy()
+    if metric is C.linear_cka:                           # small variance: a real value, no NaN
+        np.testing.assert_allclose(metric(x, y), np_cka(X @ X.T, Y @ Y.T, np_hsic_b), rtol=1e-6)
+
+
 def test_bad_shapes_and_options():
     with pytest.raises(SimkitError, match=r"x must be a 2-D \(n, features\) matrix, got shape \(4, 2, 2\)"):
         C.linear_cka(torch.randn(4, 2, 2), torch.randn(4, 3))

@@ -332,6 +332,23 @@ def test_baselines_guide_inits_and_comma_lists_give_one_row_each():
         assert runs[column].between(0, 1).all()
 
 
+def test_n_caps_the_data_before_the_split_for_a_spec_and_a_dataset_alike(tmp_path):
+    from simkit.data import load_data
+
+    x, y = _signals(50, 0)
+    np.save(tmp_path / "x.npy", x.numpy())
+    np.save(tmp_path / "y.npy", y.numpy())
+    spec = f"npy:{tmp_path / 'x.npy'},labels={tmp_path / 'y.npy'}"
+    common = dict(steps_per_stage=1, n=30, **QUICK)
+    # no native test split: the first 30 samples, then the seeded 80/20 split of those 30
+    for data in (spec, load_data(spec)):
+        meta = run_conversion(tiny_guide(), data, **common).meta
+        assert (meta["n"], meta["n_train"], meta["n_test"]) == (30, 24, 6)
+    # a native test split is kept whole; n caps the training part
+    meta = run_conversion(tiny_guide(), tiny_data(), **common).meta
+    assert (meta["n_train"], meta["n_test"]) == (30, 96)
+
+
 def test_bad_names_are_errors():
     guide, data = tiny_guide(), tiny_data()
     with pytest.raises(SimkitError, match="unknown schedule 'spiral'"):

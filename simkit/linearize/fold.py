@@ -80,7 +80,7 @@ def _fold_bn(layer: nn.Module, bn: nn.Module) -> nn.Module | None:
     if scale.numel() != out_features:
         return None
     new = copy.deepcopy(layer)
-    bias = layer.bias if layer.bias is not None else torch.zeros(out_features, dtype=layer.weight.dtype)
+    bias = layer.bias if layer.bias is not None else layer.weight.new_zeros(out_features)
     view = [-1] + [1] * (layer.weight.dim() - 1)
     new.weight = nn.Parameter((layer.weight * scale.view(view)).detach())
     new.bias = nn.Parameter(((bias - bn.running_mean) * scale + shift).detach())
@@ -88,9 +88,9 @@ def _fold_bn(layer: nn.Module, bn: nn.Module) -> nn.Module | None:
 
 
 def _fold_linear(first: nn.Linear, second: nn.Linear) -> nn.Linear:
-    new = nn.Linear(first.in_features, second.out_features, dtype=first.weight.dtype)
-    b1 = first.bias if first.bias is not None else torch.zeros(first.out_features, dtype=first.weight.dtype)
-    b2 = second.bias if second.bias is not None else torch.zeros(second.out_features, dtype=first.weight.dtype)
+    new = nn.Linear(first.in_features, second.out_features, dtype=first.weight.dtype, device=first.weight.device)
+    b1 = first.bias if first.bias is not None else first.weight.new_zeros(first.out_features)
+    b2 = second.bias if second.bias is not None else first.weight.new_zeros(second.out_features)
     new.weight = nn.Parameter((second.weight @ first.weight).detach())
     new.bias = nn.Parameter((second.weight @ b1 + b2).detach())
     return new
@@ -109,15 +109,16 @@ def _fold_conv(first: nn.Module, second: nn.Module) -> nn.Module | None:
     w1, w2 = first.weight, second.weight          # (mid, in, *k1), (out, mid, *k2)
     k1, k2 = w1.shape[2:], w2.shape[2:]
     kernel = tuple(a + b - 1 for a, b in zip(k1, k2, strict=True))
-    weight = torch.zeros(w2.shape[0], w1.shape[1], *kernel, dtype=w1.dtype)
+    weight = w1.new_zeros(w2.shape[0], w1.shape[1], *kernel)
     for a in itertools.product(*(range(k) for k in k1)):
         for b in itertools.product(*(range(k) for k in k2)):
             t = tuple(i + j for i, j in zip(a, b, strict=True))
             weight[(slice(None), slice(None), *t)] += w2[(slice(None), slice(None), *b)] @ w1[(slice(None), slice(None), *a)]
-    b1 = first.bias if first.bias is not None else torch.zeros(w1.shape[0], dtype=w1.dtype)
-    b2 = second.bias if second.bias is not None else torch.zeros(w2.shape[0], dtype=w1.dtype)
+    b1 = first.bias if first.bias is not None else w1.new_zeros(w1.shape[0])
+    b2 = second.bias if second.bias is not None else w1.new_zeros(w2.shape[0])
     bias = b2 + torch.einsum("om...,m->o", w2, b1)
-    new = type(first)(w1.shape[1], w2.shape[0], kernel, padding=first.padding, bias=True, dtype=w1.dtype)
+    new = type(first)(w1.shape[1], w2.shape[0], kernel, padding=first.padding, bias=True, dtype=w1.dtype,
+                      device=w1.device)
     new.weight = nn.Parameter(weight.detach())
     new.bias = nn.Parameter(bias.detach())
     return new

@@ -3,16 +3,18 @@
 For every granularity (channel, layer) and every ω, a fresh copy of the trained network gets its
 ReLUs swapped for SlopeReLUs (α = 0, same outputs bit for bit) and is post-trained with
 cross-entropy + ω·Σ(|1 − α| + ε)^0.5 under the freeze rule (see ``simkit.linearize.prelu``). Each
-run is a named stage of the shared training loop (``linearize_<granularity>_w<ω>``), so ``resume``
-skips finished runs and continues an interrupted one. Then: test accuracy, NAPL and the path-length
-distribution (``simkit.linearize.napl``), the fraction still nonlinear per layer, optionally the
-folded network's depth and size, and linear CKA of every activation site against the original's.
+run is a named stage of the shared training loop (``linearize_<granularity>_w<ω>``, ω written exactly:
+see :func:`omega_text`), so ``resume`` skips finished runs and continues an interrupted one. Then:
+test accuracy, NAPL and the path-length distribution (``simkit.linearize.napl``), the fraction still
+nonlinear per layer, optionally the folded network's depth and size, and linear CKA of every
+activation site against the original's.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from simkit.errors import SimkitError
+from simkit.forward import resolve_device
 from simkit.linearize.napl import path_lengths
 from simkit.linearize.prelu import (
     FREEZE_TOL,
@@ -58,9 +61,21 @@ class LinearizeResult(RunResult):
     main_table = "runs"
 
 
+def omega_text(omega: float) -> str:
+    """ω as text that names exactly one float: ``%g`` when that reads back as the same value (0.001,
+    1e-05, 1), else the shortest exact form (``repr``: 1.0000001e-4 → "0.00010000001"); "+" dropped.
+
+    Distinct floats always get distinct texts (each text parses back to its own value), so two ω of a
+    sweep that agree to 6 significant digits never share a run label or a checkpoint.
+    """
+    omega = float(omega) + 0.0  # -0.0 → 0.0
+    short = f"{omega:g}"
+    return (short if float(short) == omega else repr(omega)).replace("+", "")
+
+
 def run_label(granularity: str, omega: float) -> str:
-    """The run's name in every table and the report: ``"channel ω=0.001"``."""
-    return f"{granularity} ω={omega:g}"
+    """The run's name in every table and the report: ``"channel ω=0.001"`` (ω as :func:`omega_text`)."""
+    return f"{granularity} ω={omega_text(omega)}"
 
 
 def _labelled(data, seed: int):
@@ -122,7 +137,9 @@ def post_train(model: nn.Module, x: Tensor, y: Tensor, *, omega: float, epochs: 
 
 
 def _stage_name(granularity: str, omega: float) -> str:
-    return f"linearize_{granularity}_w{omega:g}".replace("+", "")
+    """Checkpoint name of one run: ``linearize_channel_w0.001`` (unchanged for ω that ``%g`` spells
+    exactly, so older run directories still resume; exact text otherwise, see :func:`omega_text`)."""
+    return f"linearize_{granularity}_w{omega_text(omega)}"
 
 
 def _keeps_modes(run):
@@ -147,13 +164,17 @@ def run_linearization(model: nn.Module, data, *, granularities: Sequence[str] = 
                       tol: float = FREEZE_TOL, fold: bool = False, cka: bool = True, cka_samples: int = 512,
                       train_epochs: float = 0.0, seed: int = 0, run_dir: str | Path | None = None,
                       resume: bool = False, progress: bool = True, model_spec: str = "",
-                      data_spec: str = "") -> LinearizeResult:
+                      data_spec: str = "", device: str | torch.device = "cpu") -> LinearizeResult:
     """Linearize a trained ReLU network over granularities × ω values.
 
     model: a classifier (N, ...) → logits (N, classes) that torch.fx can trace; it is not changed
         unless ``train_epochs`` > 0 (then it is trained first, as stage ``pretrain``); its modules'
         train/eval flags are restored on return.
     data: a labelled ``simkit.data.Dataset`` (its native test split, else an 80/20 split seeded by ``seed``).
+    granularities / omegas: every combination is one run; repeated values run once. ω values equal to
+        6 significant digits are still distinct runs, with distinct labels and checkpoints.
+    device: ``cpu``, ``cuda`` or ``cuda:N``; the model is moved there (and stays there), with the data,
+        the swapped copies and all losses.
     Returns a LinearizeResult (see its docstring for the tables).
     """
     from simkit.training import TrainConfig, evaluate_accuracy, train_classifier
@@ -162,12 +183,16 @@ def run_linearization(model: nn.Module, data, *, granularities: Sequence[str] = 
     bad = [g for g in granularities if g not in GRANULARITIES]
     if bad or not granularities:
         raise SimkitError(f"unknown granularity {', '.join(map(repr, bad)) or '(none)'}; use channel, layer or both")
-    if not omegas or any(not (w >= 0) for w in omegas):
-        raise SimkitError(f"omega values must be >= 0, got {list(omegas)}")
+    if not omegas or any(not (w >= 0 and math.isfinite(w)) for w in omegas):
+        raise SimkitError(f"omega values must be finite numbers >= 0, got {list(omegas)}")
+    granularities = list(dict.fromkeys(granularities))
+    omegas = list(dict.fromkeys(float(w) + 0.0 for w in omegas))  # an ω listed twice runs once
     if epochs <= 0:
         raise SimkitError(f"--epochs must be > 0 for post-training, got {epochs}")
+    device = resolve_device(device)
     train, test = _labelled(data, seed)
-    x, y, x_test, y_test = train.inputs, train.labels, test.inputs, test.labels
+    x, y, x_test, y_test = (t.to(device) for t in (train.inputs, train.labels, test.inputs, test.labels))
+    model.to(device)
     run_dir = Path(run_dir) if run_dir is not None else None
     explicit_relus(model)   # fail early: untraceable or no ReLU
 
@@ -222,7 +247,7 @@ def run_linearization(model: nn.Module, data, *, granularities: Sequence[str] = 
             dists += _dist_rows(label, paths)
             history_rows += [{"run": label, "step": i + 1, "loss": v} for i, v in enumerate(history.losses)]
             if cka:
-                cka_rows += _cka_rows(label, original, linear, x_test[:cka_samples], site_names, seed)
+                cka_rows += _cka_rows(label, original, linear, x_test[:cka_samples], site_names, seed, device)
             timings[label] = row["time_s"]
 
     columns = RUN_COLUMNS + [c for c in (runs[0] if runs else {}) if c not in RUN_COLUMNS]
@@ -240,7 +265,7 @@ def run_linearization(model: nn.Module, data, *, granularities: Sequence[str] = 
     meta = run_meta(model=model_spec, data=data_spec, granularities=list(granularities),
                     omegas=[float(w) for w in omegas], epochs=epochs, lr=lr, slope_lr=slope_lr,
                     batch_size=batch_size, eps=eps, freeze_tol=tol, fold=fold, train_epochs=train_epochs,
-                    seed=seed, n_train=len(x), n_test=len(x_test), timings=timings)
+                    seed=seed, n_train=len(x), n_test=len(x_test), device=str(device), timings=timings)
     return LinearizeResult(summary=summary, tables=tables, meta=meta)
 
 
@@ -294,12 +319,13 @@ def _fold_row(model: nn.Module, x_test: Tensor, y_test: Tensor) -> dict:
 
 
 def _cka_rows(label: str, original: nn.Module, linear: nn.Module, x: Tensor, sites: list[str],
-              seed: int) -> list[dict]:
+              seed: int, device: torch.device) -> list[dict]:
     """Linear CKA of every linearized site (b) against every original site (a), long format."""
     from simkit.comparison import compare
 
     result = compare(copy.deepcopy(original), linear, x, layers_a=sites, layers_b=sites,
-                     metrics=["linear_cka"], mode="exact", batch_size=256, seed=seed, progress=False)
+                     metrics=["linear_cka"], mode="exact", batch_size=256, seed=seed, progress=False,
+                     device=device)
     matrix = result.matrix("linear_cka")
     return [{"run": label, "layer_a": a, "layer_b": b, "linear_cka": float(matrix.loc[a, b])}
             for a in matrix.index for b in matrix.columns]

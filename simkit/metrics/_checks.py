@@ -82,9 +82,38 @@ def check_chunk(chunk: int | None) -> None:
         raise SimkitError(f"chunk must be a positive integer (rows per block), got {chunk!r}")
 
 
-def is_constant(x: Tensor) -> bool:
-    """True when every row of ``x (n, p)`` equals the first one (CKA is then undefined)."""
-    return bool((x == x[:1]).all())
+#: Relative tolerance of :func:`is_constant`, the same number as ``simkit.metrics.streaming.CONSTANT_RTOL``
+#: (not imported: streaming imports this module). Squared spread, so a relative spread below about
+#: 1e-6 (about 8 float32 rounding steps) counts as constant.
+CONSTANT_RTOL = 1e-12
+
+
+def is_constant(x: Tensor, rtol: float = CONSTANT_RTOL) -> bool:
+    """True when every row of ``x (n, p)`` is the same up to float rounding (CKA is then undefined).
+
+    Rule, per column j: ``Σ_i (x_ij − μ_j)² ≤ rtol · Σ_i x_ij²`` (μ_j the column mean), for every
+    column. It is the streaming feature path's rule (centred second moment ≤ ``CONSTANT_RTOL`` × second
+    moment about a reference point) with the reference at 0, so the scale is the column's own magnitude:
+    a column that is c plus rounding noise of c (a bias-only layer in float32, 1e8 ± 1e-1) is constant,
+    one with a genuine relative spread above ~1e-6 (1 ± 1e-3, or any spread around 0) is not, and a
+    huge constant column next to a varying one does not hide the variation. Each column is scaled by
+    its largest absolute value first (no overflow or underflow of the squares); accumulated in float64,
+    a few thousand rows at a time, on ``x``'s device.
+    """
+    n = x.shape[0]
+    if n < 2:
+        return True
+    scale = torch.maximum(x.amax(0), -x.amin(0)).to(torch.float64)  # max |x_ij| per column, no copy of x
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    mean = (x.sum(0, dtype=torch.float64) / scale) / n
+    spread = torch.zeros_like(scale)
+    size = torch.zeros_like(scale)
+    step = max(1, 2**22 // max(1, x.shape[1]))
+    for start in range(0, n, step):
+        part = x[start:start + step].to(torch.float64) / scale
+        spread += ((part - mean) ** 2).sum(0)
+        size += (part * part).sum(0)
+    return bool((spread <= rtol * size).all())
 
 
 def warn_undefined(reason: str, stacklevel: int = 3, metric: str = "CKA") -> None:

@@ -57,6 +57,27 @@ def load_model(spec: str, *, seed: int = 0, trust: bool = False, weights: str | 
     return model.eval()
 
 
+def local_paths(spec: str) -> list[Path]:
+    """The local files and directories ``spec`` reads, as :func:`load_model` splits it: ``file:PATH``
+    (with the sidecar of a ``.safetensors`` and the paths of its ``arch=SPEC``), ``hf:DIR``, and the
+    working directory's ``MODULE.py`` of ``python:MODULE:callable``; none for the builder kinds."""
+    if not isinstance(spec, str) or ":" not in spec:
+        return []
+    kind, _, rest = spec.partition(":")
+    kind, rest = kind.strip().lower(), rest.strip()
+    if kind == "hf":
+        return [Path(rest).expanduser()]
+    if kind == "python":
+        module = Path(rest.partition(":")[0].replace(".", "/") + ".py")
+        return [module] if module.is_file() else []
+    if kind != "file":
+        return []
+    path_text, _, arch = rest.partition(",arch=")
+    path = Path(path_text.strip()).expanduser()
+    sidecar = [sidecar_path(path)] if path.suffix == ".safetensors" and not arch.strip() else []
+    return [path, *sidecar, *local_paths(arch.strip())]
+
+
 def _name_and_kwargs(spec: str, rest: str, num_classes: int | None) -> tuple[str, dict[str, Any]]:
     name, _, options = rest.partition(":")
     if not name:

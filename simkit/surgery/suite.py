@@ -27,7 +27,7 @@ class GraftResult(RunResult):
 def run_graft_suite(settings: SuiteSettings, out: str | Path, *, resume: bool = False) -> GraftResult:
     """Run E1, E2, E3 and F3 for ``settings``; checkpoints and worker files go under ``out``."""
     from simkit.forward import check_accepts
-    from simkit.surgery.experiments import run_e1, run_e2, run_e3, run_f3
+    from simkit.surgery.experiments import e1_shortfall, probe_rows, run_e1, run_e2, run_e3, run_f3
     from simkit.surgery.tasks import make_task
 
     s = settings.resolved()
@@ -56,6 +56,9 @@ def run_graft_suite(settings: SuiteSettings, out: str | Path, *, resume: bool = 
         **e2_summary, **e3_summary, **f3_summary,
         "loss_kind": task.loss_kind,
     }
+    e1_note = e1_shortfall(summary["e1_values_compared"], probe_rows(task.probe))
+    if e1_note:  # the count is e1_values_compared; the note says why it matters (shown in the report)
+        summary["e1_note"] = e1_note
     meta = run_meta(settings=s.to_dict(), model=s.model, data=s.data or "markov-chain tokens (seeded)",
                     seed=s.seed, loss_kind=task.loss_kind, timings=timer.seconds,
                     e2_optimizer="sgd", f3_optimizer="adamw")

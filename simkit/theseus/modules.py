@@ -81,6 +81,8 @@ def reinitialise(module: nn.Module, seed: int) -> nn.Module:
     without ``reset_parameters`` keep their values, and a warning names them.
     """
     generator_state = torch.get_rng_state()
+    # on CUDA, parameters draw from the device's generator: leave the caller's state alone there too
+    cuda_states = {p.device: torch.cuda.get_rng_state(p.device) for p in module.parameters() if p.is_cuda}
     torch.manual_seed(seed)
     kept = []
     try:
@@ -98,6 +100,8 @@ def reinitialise(module: nn.Module, seed: int) -> nn.Module:
                 sub.reset_running_stats()
     finally:
         torch.set_rng_state(generator_state)
+        for device, state in cuda_states.items():
+            torch.cuda.set_rng_state(state, device)
     if kept:
         warnings.warn("re-initialisation kept the parameters of modules without reset_parameters: "
                       + ", ".join(kept[:8]), RuntimeWarning, stacklevel=2)

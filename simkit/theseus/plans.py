@@ -231,6 +231,9 @@ def resolve_plan(plan: ReplacementPlan, guide: nn.Module, run: Callable[[nn.Modu
             raise SimkitError(f"the plan's factory for {slot.label!r} returned {type(module).__name__}, "
                               "not a torch.nn.Module")
         a, kw = probe.args[slot.site]
+        ref = first_tensor(a)
+        if ref is not None:  # built on the CPU from a seeded generator, then moved to the guide's device
+            module.to(ref.device)
         try:
             with torch.no_grad():
                 was = module.training

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from simkit.errors import SimkitError, unknown_name_error
-from simkit.forward import check_accepts
+from simkit.forward import check_accepts, resolve_device, to_device
 from simkit.results import RunResult
 from simkit.runinfo import Timer, run_meta
 from simkit.theseus.finetune import distill, score, train_head, train_task
@@ -155,7 +155,7 @@ def run_conversion(guide: nn.Module | str, data: Any, *, recipe: str | None = "c
                    kd_temperature: float = 4.0, seed: int = 0, n: int | None = None,
                    eval_samples: int = 512, run_dir: str | Path | None = None, resume: bool = False,
                    checkpoint_every: int = 0, compare_layers: bool = True, progress: bool = True,
-                   trust: bool = False) -> ConvertResult:
+                   trust: bool = False, device: str | torch.device = "cpu") -> ConvertResult:
     """Convert ``guide`` into the target architecture of ``recipe`` (or ``plan``) on ``data``.
 
     guide: an nn.Module or a model spec; data: a ``simkit.data.Dataset`` or a data spec (labelled for
@@ -167,6 +167,10 @@ def run_conversion(guide: nn.Module | str, data: Any, *, recipe: str | None = "c
     baselines get head_epochs + finetune_epochs epochs of end-to-end training.
     plateau_window / stop_loss: the shared loop's plateau LR control and stop rule per stage.
     train_guide: epochs of task training of the guide first (a module passed in is trained in place).
+    n: use the first ``n`` samples of the data (a spec or a Dataset alike), then split them: a native
+    test split (mnist1d, digits) is kept whole, otherwise the seeded 80/20 split is of those n samples.
+    device: ``cpu``, ``cuda`` or ``cuda:N``; the guide (a module passed in is moved and stays there),
+    every target module, the data and all losses live there.
     run_dir: where checkpoints go (needed for resume). Returns a ConvertResult.
     """
     timer = Timer()
@@ -186,6 +190,7 @@ def run_conversion(guide: nn.Module | str, data: Any, *, recipe: str | None = "c
             raise SimkitError(f"{label} must be >= 0, got {value}")
     if resume and run_dir is None:
         raise SimkitError("--resume needs the run directory of the interrupted run (--out)")
+    device = resolve_device(device)
     head_epochs = finetune_epochs / 6 if head_epochs is None else head_epochs
     run_dir = Path(run_dir) if run_dir is not None else None
     fitter = _Fitter(run_dir, resume, seed, progress, checkpoint_every)
@@ -196,6 +201,7 @@ def run_conversion(guide: nn.Module | str, data: Any, *, recipe: str | None = "c
             from simkit.models import load_model
 
             guide = load_model(guide, seed=seed, trust=trust)
+        guide.to(device)
         if isinstance(data, str):
             from simkit.data import load_data
 
@@ -203,12 +209,12 @@ def run_conversion(guide: nn.Module | str, data: Any, *, recipe: str | None = "c
             data = load_data(data, n=n, seed=seed)
         else:
             data_spec = getattr(data, "spec", type(data).__name__)
+            data = data.cap(n)  # --n means the same for a Dataset as for a spec: cap, then split
         train, test = data.train_test(seed=seed)
-        if n is not None:
-            train = train.cap(n)
         task = Task.infer(train.inputs, train.labels)
-        train_x, test_x = train.inputs, test.inputs
-        train_t, test_t = task.targets(train_x, train.labels), task.targets(test_x, test.labels)
+        train_x, test_x = to_device(train.inputs, device), to_device(test.inputs, device)
+        train_t = to_device(task.targets(train_x, train.labels), device)
+        test_t = to_device(task.targets(test_x, test.labels), device)
         eval_x = take(test_x, slice(0, min(eval_samples, rows(test_x))))
         if rows(train_x) < 4 or rows(eval_x) < 4:
             raise SimkitError(f"conversion needs at least 4 training and 4 test samples, got "
@@ -293,7 +299,7 @@ def run_conversion(guide: nn.Module | str, data: Any, *, recipe: str | None = "c
               "stage_summary": pd.DataFrame(stage_summary), "curves": pd.DataFrame(curves)}
     if compare_layers and primary is not None:
         with timer("compare"):
-            tables["layer_cka"] = _layer_cka(primary[0], primary[1], slots, eval_x, batch_size, seed)
+            tables["layer_cka"] = _layer_cka(primary[0], primary[1], slots, eval_x, batch_size, seed, device)
 
     first = runs[0]
     summary = {f"guide_{s}": first[f"guide_{s}"], f"converted_{s}": first[f"converted_{s}"]}
@@ -316,14 +322,14 @@ def run_conversion(guide: nn.Module | str, data: Any, *, recipe: str | None = "c
         "guide_forward_batches": cache.batches,
     }
     meta = run_meta(
-        guide=guide_spec, data=data_spec, seed=seed, n_train=rows(train_x), n_test=rows(test_x),
+        guide=guide_spec, data=data_spec, seed=seed, n=n, n_train=rows(train_x), n_test=rows(test_x),
         settings={"recipe": recipe, "plan": plan if isinstance(plan, str) else None, "schedules": schedules,
                   "metrics": metrics, "guide_inits": guide_inits, "baselines": baselines, "rank": rank,
                   "group": group, "cell": cell, "steps_per_stage": steps_per_stage, "batch_size": batch_size,
                   "lr": lr, "finetune_epochs": finetune_epochs, "head_epochs": head_epochs,
                   "finetune_batch_size": finetune_batch_size, "finetune_lr": finetune_lr or lr,
                   "train_guide": train_guide, "plateau_window": plateau_window, "stop_loss": stop_loss,
-                  "kd_temperature": kd_temperature, "eval_samples": rows(eval_x)},
+                  "kd_temperature": kd_temperature, "eval_samples": rows(eval_x), "device": str(device)},
         timings={k: round(v, 3) for k, v in {**timer.seconds, **fitter.seconds}.items()},
     )
     return ConvertResult(summary=summary, tables=tables, meta=meta, extra=extra)
@@ -393,7 +399,7 @@ def _convert_arm(guide, slots, head, task, schedule, loss, cache: GuideCache, ev
 
 
 def _layer_cka(converted: nn.Module, guide: nn.Module, slots: Sequence[Slot], inputs: Inputs,
-               batch_size: int, seed: int) -> pd.DataFrame:
+               batch_size: int, seed: int, device: torch.device) -> pd.DataFrame:
     """Long table (layer_converted, layer_guide, value): minibatch linear CKA through the core's compare.
 
     Layers: every block of the guide's block container (when it has one) and every replaced output.
@@ -410,7 +416,7 @@ def _layer_cka(converted: nn.Module, guide: nn.Module, slots: Sequence[Slot], in
     order = [n for n, _ in guide.named_modules()]
     names = sorted(set(names), key=order.index)
     result = compare(converted, guide, inputs, layers_a=names, layers_b=names, metrics=["linear_cka"],
-                     mode="minibatch", batch_size=batch_size, seed=seed, progress=False)
+                     mode="minibatch", batch_size=batch_size, seed=seed, progress=False, device=device)
     wide = result.matrix("linear_cka")
     frame = wide.stack(future_stack=True).reset_index()
     frame.columns = ["layer_converted", "layer_guide", "value"]

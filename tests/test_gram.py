@@ -72,12 +72,16 @@ def test_shifted_gram_is_the_gram_of_features_minus_the_first_row(chunked):
     assert (out[0] == 0).all() and (out[:, 0] == 0).all()
 
 
-def test_mean_dominated_guess_from_two_rows():
+def test_two_row_guesses():
     rng = np.random.default_rng(2)
     noise = torch.from_numpy(rng.normal(size=(8, 500)))
-    guesses = gram.mean_dominated([noise, noise + 10.0, torch.zeros(8, 5), torch.full((8, 5), 3.0)])
-    assert guesses == [False, True, False, True]
-    assert gram.mean_dominated([noise[:1]]) == [False]
+    rounded = torch.full((8, 5), 3.0)
+    rounded[1] += 1e-9
+    layers = [noise, noise + 10.0, torch.zeros(8, 5), torch.full((8, 5), 3.0), rounded, 3.0 + 1e-3 * noise]
+    dominated, constant = gram.two_row_guesses(layers)
+    assert dominated == [False, True, False, True, True, True]
+    assert constant == [False, False, True, True, True, False]
+    assert gram.two_row_guesses([noise[:1]]) == ([False], [False])
 
 
 @pytest.mark.parametrize("path", ["plain", "chunked"])
@@ -107,7 +111,7 @@ def test_a_missed_guess_is_redone_from_the_gram(monkeypatch):
     x[0] += 100.0 * rng.normal(size=64)  # ‖x₀ − mean‖² ≈ ‖mean‖²: the two rows suggest no dominant mean,
     x[1] = 2 * mean - x[0]                # but over all 16 rows ‖mean‖² ≈ 8 · Σ var
     t = torch.from_numpy(x).float()
-    assert gram.mean_dominated([t]) == [False]
+    assert gram.two_row_guesses([t])[0] == [False]
     g = gram.batch_grams([t])[0].numpy()
     assert calls == [1]
     ref = np_centred_gram(x.astype(np.float32).astype(np.float64))
@@ -131,3 +135,21 @@ def test_batch_grams_dtypes_and_non_finite_traces():
     for layer in (bad, bad + 1e3):  # unshifted and shifted layers both report it on the diagonal
         trace = torch.diagonal(gram.batch_grams([layer])[0]).sum()
         assert not torch.isfinite(trace)
+
+
+def test_layers_constant_up_to_rounding_get_exactly_zero_grams(chunked):
+    """Rows equal up to float32 rounding (a bias-only layer computed in different orders) have no
+    variance: an exactly zero Gram, not a Gram of rounding noise. Real small variance and a huge constant
+    column beside varying ones are kept."""
+    gen = torch.Generator().manual_seed(5)
+    terms = torch.randn(64, generator=gen)
+    sums = torch.stack([terms[torch.randperm(64, generator=gen)].sum() for _ in range(12)])
+    assert sums.unique().numel() > 1
+    rounded = sums[:, None] + torch.linspace(-3, 3, chunked)           # (12, chunked), float32
+    varying = 1.0 + 1e-3 * torch.randn(12, chunked, generator=gen)
+    big_column = torch.cat([torch.full((12, 1), 1e8), torch.randn(12, 7, generator=gen)], 1)
+    g = gram.batch_grams([rounded, varying, big_column])
+    assert (g[0] == 0).all()
+    for i, x in ((1, varying), (2, big_column)):
+        ref = np_centred_gram(x.double().numpy())
+        assert np.abs(centre(g[i].numpy()) - ref).max() / np.abs(ref).max() < 1e-4

@@ -426,3 +426,24 @@ def test_reduce_over_ranks_with_two_processes_equals_one(tmp_path):
         for m in parts:
             for key in one[m]:  # float32 inputs, yet equal to float64 rounding: the split changes no product
                 np.testing.assert_allclose(parts[m][key], one[m][key], rtol=0, atol=1e-12, err_msg=f"{mode} {m} {key}")
+
+
+@pytest.mark.parametrize("mode", ["exact", "minibatch"])
+@pytest.mark.parametrize("metric", ["linear_cka", "unbiased_cka", "mutual_knn"])
+def test_layer_constant_up_to_float32_rounding_is_constant(mode, metric):
+    """Rows equal up to float32 rounding (one sum of 64 terms added in a different order per row, plus a
+    per-column offset) are a constant layer: NaN and a warning, not a similarity of rounding noise. A
+    genuinely varying small-variance layer (1 ± 1e-3) next to it keeps a finite value."""
+    gen = torch.Generator().manual_seed(0)
+    terms = torch.randn(64, generator=gen)
+    sums = torch.stack([terms[torch.randperm(64, generator=gen)].sum() for _ in range(N)])
+    assert sums.unique().numel() > 1
+    rounded = (sums[:, None] + torch.tensor([0.5, -2.0, 7.0, 1e3])).numpy().astype(np.float32)
+    small = (1.0 + 1e-3 * np.random.default_rng(0).normal(size=(N, 6))).astype(np.float32)
+    xb = [x.astype(np.float32) for x in XB]
+    acc = feed(make_accumulator([metric], mode, [4, 6], dims(xb), names_a=["rounded", "small"]),
+               [rounded, small], xb, [8, 8, 7])
+    with pytest.warns(RuntimeWarning, match="constant layer.*rounded"):
+        out = acc.compute()
+    assert np.isnan(out[metric]["value"][0]).all()
+    assert np.isfinite(out[metric]["value"][1]).all()

@@ -82,9 +82,10 @@ def check_chunk(chunk: int | None) -> None:
         raise SimkitError(f"chunk must be a positive integer (rows per block), got {chunk!r}")
 
 
-#: Relative tolerance of :func:`is_constant`, the same number as ``simkit.metrics.streaming.CONSTANT_RTOL``
-#: (not imported: streaming imports this module). Squared spread, so a relative spread below about
-#: 1e-6 (about 8 float32 rounding steps) counts as constant.
+#: A column is constant when its centred second moment is at most this fraction of its second moment
+#: about zero: the one rule of :func:`is_constant`, the exact streaming paths and the minibatch Grams
+#: (:mod:`simkit.metrics.gram`). Squared spread, so a relative spread below about 1e-6 (about 8 float32
+#: rounding steps) counts as constant.
 CONSTANT_RTOL = 1e-12
 
 
@@ -92,8 +93,7 @@ def is_constant(x: Tensor, rtol: float = CONSTANT_RTOL) -> bool:
     """True when every row of ``x (n, p)`` is the same up to float rounding (CKA is then undefined).
 
     Rule, per column j: ``Σ_i (x_ij − μ_j)² ≤ rtol · Σ_i x_ij²`` (μ_j the column mean), for every
-    column. It is the streaming feature path's rule (centred second moment ≤ ``CONSTANT_RTOL`` × second
-    moment about a reference point) with the reference at 0, so the scale is the column's own magnitude:
+    column (the streaming accumulators apply the same rule). The scale is the column's own magnitude:
     a column that is c plus rounding noise of c (a bias-only layer in float32, 1e8 ± 1e-1) is constant,
     one with a genuine relative spread above ~1e-6 (1 ± 1e-3, or any spread around 0) is not, and a
     huge constant column next to a varying one does not hide the variation. Each column is scaled by

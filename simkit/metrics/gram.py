@@ -11,8 +11,11 @@ batch, against the layer's own forward cost, so two things matter.
   and centring leaves values of size ``Σ var``; a layer whose features are dominated by their mean
   (deep ResNet blocks: ``‖mean‖² ≈ 5–100 · Σ var``) would lose those digits. Such layers are computed
   from features shifted by the batch's first row (:func:`shifted_gram`), which centring cancels
-  exactly. Whether to shift is guessed before any product from two rows (:func:`mean_dominated`), and
+  exactly. Whether to shift is guessed before any product from two rows (:func:`two_row_guesses`), and
   checked after the product for the layers that were not shifted (:func:`batch_grams`).
+* **Constant layers.** A layer whose rows agree up to float rounding has no variance to compare; the
+  same two rows flag candidates, the whole batch confirms them, and their Grams are set exactly to zero
+  (the accumulators then report NaN and a warning instead of a similarity of rounding noise).
 
 Everything depends on the batch alone (no state from earlier batches), so any split of the batches over
 processes gives the same Grams.
@@ -24,6 +27,8 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor
+
+from simkit.metrics._checks import CONSTANT_RTOL, is_constant
 
 #: A layer is recomputed shifted when its Gram shows ``‖mean‖² > SHIFT_RATIO · Σ var``.
 SHIFT_RATIO = 4.0
@@ -81,20 +86,26 @@ def shifted_gram(x: Tensor, out: Tensor, buf: Tensor) -> Tensor:
     return linear_gram(torch.sub(x, x[:1], out=buf[:b * p].view(b, p)), out)
 
 
-def mean_dominated(acts: Sequence[Tensor]) -> list[bool]:
-    """Per layer ``(b, p)``: whether two rows suggest ``‖mean‖² > SHIFT_GUESS · Σ var``.
+def two_row_guesses(acts: Sequence[Tensor]) -> tuple[list[bool], list[bool]]:
+    """Per layer ``(b, p)``, from its first two rows: (mean-dominated?, constant up to rounding?).
 
-    ``x₀·x₁`` estimates ``‖mean‖²`` and ``‖x₀ − x₁‖²/2`` estimates ``Σ var`` (exactly, in expectation,
-    for independent rows); one small product per layer and one device sync. Non-finite rows give False.
-    All layers must share one dtype.
+    Mean-dominated: ``x₀·x₁ > SHIFT_GUESS · ‖x₀ − x₁‖²/2``; ``x₀·x₁`` estimates ``‖mean‖²`` and
+    ``‖x₀ − x₁‖²/2`` estimates ``Σ var`` (exactly, in expectation, for independent rows). Possibly
+    constant: ``‖x₀ − x₁‖² ≤ CONSTANT_RTOL · ‖x₀‖²`` (the difference is formed first, so it does not
+    cancel); :func:`batch_grams` confirms it on the whole batch. One small product per layer and one
+    device sync; non-finite rows give False twice. All layers must share one dtype.
     """
     if not acts or acts[0].shape[0] < 2:
-        return [False] * len(acts)
-    # in the activations' dtype: where the difference below cancels, the mean dominates anyway
-    pairs = torch.stack([torch.mm(x[:2], x[:2].T) for x in acts]).double()  # (L, 2, 2)
-    cross = pairs[:, 0, 1]
-    spread = pairs[:, 0, 0] + pairs[:, 1, 1] - 2 * cross                          # ‖x₀ − x₁‖²
-    return (cross > SHIFT_GUESS * 0.5 * spread).tolist()
+        return [False] * len(acts), [False] * len(acts)
+    pairs = []
+    for x in acts:
+        rows = torch.stack([x[0], x[0] - x[1]])
+        pairs.append(torch.mm(rows, rows.T))
+    g = torch.stack(pairs).double()                                      # (L, 2, 2)
+    first, first_diff, spread = g[:, 0, 0], g[:, 0, 1], g[:, 1, 1]      # ‖x₀‖², x₀·(x₀ − x₁), ‖x₀ − x₁‖²
+    dominated = first - first_diff > SHIFT_GUESS * 0.5 * spread         # x₀·x₁ against Σ var
+    constant = spread <= CONSTANT_RTOL * first
+    return dominated.tolist(), constant.tolist()
 
 
 def batch_grams(acts: Sequence[Tensor]) -> Tensor:
@@ -102,14 +113,17 @@ def batch_grams(acts: Sequence[Tensor]) -> Tensor:
 
     Products run in the activations' dtype (half types in float32; float64 when any layer is float64).
     Mean-dominated layers are shifted by their first row (see the module notes); HSIC only sees centred
-    Grams, which the shift leaves unchanged. Non-finite activations give a non-finite diagonal (the
-    caller checks the traces).
+    Grams, which the shift leaves unchanged. A layer constant up to float rounding in this batch
+    (:func:`simkit.metrics._checks.is_constant`) gets an exactly zero Gram, so its rounding noise is not
+    read as similarity. Non-finite activations give a non-finite diagonal (the caller checks the traces).
     """
     b = acts[0].shape[0]
     dtype = torch.float64 if any(x.dtype == torch.float64 for x in acts) else torch.float32
     xs = [x.detach() if x.dtype == dtype else x.detach().to(dtype) for x in acts]
     out = torch.empty(len(xs), b, b, dtype=dtype, device=xs[0].device)
-    shift = mean_dominated(xs)
+    shift, maybe_constant = two_row_guesses(xs)
+    constant = [c and is_constant(x) for x, c in zip(xs, maybe_constant, strict=True)]
+    shift = [s and not c for s, c in zip(shift, constant, strict=True)]
     widest = max((x.shape[1] for x, s in zip(xs, shift, strict=True) if s), default=0)
     buf = torch.empty(b * widest, dtype=dtype, device=out.device)
 
@@ -120,12 +134,14 @@ def batch_grams(acts: Sequence[Tensor]) -> Tensor:
         shifted_gram(xs[i], out[i], buf)
 
     for i, x in enumerate(xs):
-        if shift[i]:
+        if constant[i]:
+            out[i].zero_()
+        elif shift[i]:
             shifted(i)
         else:
             linear_gram(x, out[i])
     g = out.double()
-    plain = [i for i, s in enumerate(shift) if not s]
+    plain = [i for i, (s, c) in enumerate(zip(shift, constant, strict=True)) if not s and not c]
     if plain and b > 1:  # a guess that missed: the Gram itself shows a dominant mean
         mean_sq = g[plain].sum((-2, -1)) / (b * b)                          # ‖mean‖²
         total = torch.diagonal(g[plain], dim1=-2, dim2=-1).sum(-1) / b       # ‖mean‖² + Σ var

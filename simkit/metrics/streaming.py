@@ -83,6 +83,7 @@ from torch import Tensor
 
 from simkit import distributed
 from simkit.errors import SimkitError
+from simkit.metrics._checks import CONSTANT_RTOL, is_constant
 from simkit.metrics.cka import center_gram, u_center_gram
 from simkit.metrics.gram import batch_grams
 from simkit.metrics.knn import clamp_normalize, knn_indices
@@ -91,9 +92,6 @@ METRICS = ("linear_cka", "unbiased_cka", "rbf_cka", "mutual_knn")
 MODES = ("exact", "minibatch")
 #: Gram kind of each CKA metric: biased centring (linear), U-centring (linear), biased centring (RBF).
 KINDS = {"linear_cka": "biased", "unbiased_cka": "unbiased", "rbf_cka": "rbf"}
-#: Exact feature path: a layer is constant when its centred second moment is below this fraction of its
-#: second moment about the reference shift (exactly 0 for a constant layer, about 1 otherwise).
-CONSTANT_RTOL = 1e-12
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -586,6 +584,27 @@ class _FeaturePart:
             other.rebase(self.shifts())
         self.s.merge(other.s)
 
+    @staticmethod
+    def _constant(blocks: Tensor, sums: Tensor, shift: Tensor, dims: list[int], n: float) -> Tensor:
+        """Constant layers ``(L,)`` bool: every column has ``Σ (x − x̄)² ≤ CONSTANT_RTOL · Σ x²``.
+
+        :func:`simkit.metrics._checks.is_constant`'s rule, from the sums about the reference shift ``c``:
+        ``Σ (x − c)²`` is the self block's diagonal, so the centred sum is ``diag − (Σ (x − c))²/n`` and
+        the sum about zero ``diag + 2c·Σ (x − c) + n·c²``, all in float64. A column that is constant up
+        to float rounding counts as constant; so does a layer whose columns all do.
+        """
+        diag, start, off = [], 0, 0
+        for d in dims:
+            diag.append(blocks[off:off + d * d].view(d, d).diagonal())
+            start, off = start + d, off + d * d
+        about_shift = torch.cat(diag)
+        shift = shift.to(sums.device)
+        centred = about_shift - sums * sums / n
+        about_zero = about_shift + 2 * shift * sums + n * shift * shift
+        column_constant = (centred <= CONSTANT_RTOL * about_zero).double()
+        seg = _segments(dims, sums.device)
+        return _segsum(column_constant, seg, len(dims), 0) == torch.as_tensor(dims, device=sums.device)
+
     def _self_terms(self, blocks: Tensor, mu: Tensor, dims: list[int], n: float,
                     ) -> tuple[Tensor, Tensor]:
         """Per layer ‖S_c‖² and μᵀ S μ from the flattened self blocks: two ``(L,)`` tensors."""
@@ -635,8 +654,8 @@ class _FeaturePart:
                 + 2 * mxn * s["tx"] - 3 * n * mxn * mxn)
         rc_b = (s["rr_yy"] - 4 * _segsum(muy * s["y_ry"], seg_b, lb, 0) + 4 * quad_b
                 + 2 * myn * s["ty"] - 3 * n * myn * myn)
-        const_a = nx <= CONSTANT_RTOL * s["tx"]
-        const_b = ny <= CONSTANT_RTOL * s["ty"]
+        const_a = self._constant(s["self_x"], s["sx"], self.shift["x"], self.dims_a, n)
+        const_b = self._constant(s["self_y"], s["sy"], self.shift["y"], self.dims_b, n)
         out = {}
         for m in self.metrics:
             if m == "linear_cka":
@@ -791,15 +810,15 @@ class _StoredPart:
         xa, xb = self._layers()
         self.names.check_finite(("a", torch.stack([x.double().sum() for x in xa])),
                                 ("b", torch.stack([x.double().sum() for x in xb])))
-        const_a = torch.tensor([bool((x == x[:1]).all()) for x in xa], device=xa[0].device)
-        const_b = torch.tensor([bool((x == x[:1]).all()) for x in xb], device=xa[0].device)
+        const_a = torch.tensor([is_constant(x) for x in xa], device=xa[0].device)
+        const_b = torch.tensor([is_constant(x) for x in xb], device=xa[0].device)
         out = {}
         perms = None
         if self.null:
             perms = _draw_perms(self.null, n, _perm_generator(self.seed, -1), xa[0].device)
         for m in self.metrics:
             if m == "mutual_knn":
-                result = self._knn(xa, xb, perms)
+                result = self._knn(xa, xb, perms, const_a, const_b)
             else:
                 least = 4 if m == "unbiased_cka" else 2
                 if n < least:
@@ -846,8 +865,11 @@ class _StoredPart:
             result.update(_null_summary(_mask_constant(null / den, const_a, const_b)))
         return result
 
-    def _knn(self, xa: list[Tensor], xb: list[Tensor], perms: Tensor | None) -> dict:
-        """Mutual k-NN of all pairs from each layer's neighbour sets, as sets of edge codes ``r·n + s``."""
+    def _knn(self, xa: list[Tensor], xb: list[Tensor], perms: Tensor | None, const_a: Tensor,
+             const_b: Tensor) -> dict:
+        """Mutual k-NN of all pairs from each layer's neighbour sets, as sets of edge codes ``r·n + s``.
+
+        A constant layer's neighbours are all ties: its pairs are NaN, as for CKA."""
         n, k = self.n, self.knn_k
         if k > n - 1:
             raise SimkitError(f"mutual_knn with k={k} needs at least {k + 1} samples, got {n}; "
@@ -872,7 +894,7 @@ class _StoredPart:
             return hits.sum(1).double() / (n * k)
 
         value = torch.stack([overlap(nb) for nb in idx_b], 1)
-        result: dict = {"value": value}
+        result: dict = {"value": _mask_constant(value, const_a, const_b)}
         if self.null:
             null = torch.empty(self.null, la, lb, dtype=torch.float64, device=dev)
             for t in range(self.null):  # neighbours of Y[π]: π⁻¹ applied to Y's neighbours of π(i)
@@ -881,7 +903,7 @@ class _StoredPart:
                 inv[pk] = torch.arange(n, device=dev)
                 for j, nb in enumerate(idx_b):
                     null[t, :, j] = overlap(inv[nb[pk]])
-            result.update(_null_summary(null))
+            result.update(_null_summary(_mask_constant(null, const_a, const_b)))
         return result
 
     def describe(self) -> dict[str, dict]:

@@ -15,11 +15,11 @@ from simkit.cli.common import (
     ResumeOpt,
     SeedOpt,
     TrustOpt,
-    check_inputs,
     command,
     finish,
     split_list,
 )
+from simkit.cli.inputs import check_inputs
 
 
 @command("convert", help=(

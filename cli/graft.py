@@ -15,10 +15,10 @@ from simkit.cli.common import (
     ResumeOpt,
     SeedOpt,
     TrustOpt,
-    check_inputs,
     command,
     finish,
 )
+from simkit.cli.inputs import check_inputs
 
 
 class Branch(str, Enum):

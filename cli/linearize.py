@@ -16,13 +16,13 @@ from simkit.cli.common import (
     SeedOpt,
     TrustOpt,
     WeightsOpt,
-    check_inputs,
     command,
     finish,
     load_cli_model,
     split_floats,
     split_list,
 )
+from simkit.cli.inputs import check_inputs
 
 
 @command("linearize", help=(

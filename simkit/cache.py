@@ -22,6 +22,7 @@ from torch import nn
 from simkit import distributed
 from simkit.batches import check_batch_size, count_rows, iter_batches, rebatch
 from simkit.errors import SimkitError, unknown_name_error
+from simkit.forward import resolve_device
 from simkit.io import atomic_write, write_json
 from simkit.runinfo import run_meta
 
@@ -47,7 +48,7 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
 
 def capture_to_cache(model: nn.Module, data: Any, out: str | Path, *, layers: str | Sequence[str] = "blocks",
                      reduce: str = "flatten", batch_size: int = 64, n: int | None = None,
-                     device: str = "cpu", output_index: Any = None, shard_bytes: int = 256 * 2**20,
+                     device: str | torch.device = "cpu", output_index: Any = None, shard_bytes: int = 256 * 2**20,
                      dtype: torch.dtype = torch.float32, model_name: str = "model",
                      data_name: str | None = None, seed: int = 0, progress: bool = True) -> Path:
     """Run ``model`` over ``data`` once and write the chosen layers' activations to ``out``.
@@ -65,6 +66,7 @@ def capture_to_cache(model: nn.Module, data: Any, out: str | Path, *, layers: st
 
     if distributed.is_distributed():
         raise SimkitError("simkit capture runs in one process; launch it without torchrun")
+    device = resolve_device(device)  # before anything is written
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / MANIFEST).unlink(missing_ok=True)
@@ -92,7 +94,7 @@ def capture_to_cache(model: nn.Module, data: Any, out: str | Path, *, layers: st
     bar = progress_bar(progress)
     task = bar.add_task("capture", total=steps)
     with Tap(model, chosen, model_name, reduce=reduce, output_index=output_index,
-             device=torch.device(device)) as tap, bar:
+             device=device) as tap, bar:
         for batch in iter_batches(data, batch_size, n):
             acts = [a.detach().to("cpu", dtype) for a in tap.step(batch)]
             dims = [int(a.shape[1]) for a in acts]

@@ -22,7 +22,7 @@ from torch import nn
 from simkit import distributed
 from simkit.batches import Batch, check_batch_size, count_rows, iter_batches
 from simkit.errors import SimkitError
-from simkit.forward import forward_error, run_model
+from simkit.forward import forward_error, resolve_device, run_model
 from simkit.metrics.streaming import METRICS, MODES
 from simkit.progress import progress_bar as make_progress_bar
 from simkit.results import RunResult
@@ -280,9 +280,7 @@ def compare(model_a: nn.Module, model_b: nn.Module, data: Any, *,
         raise SimkitError(f"unknown mode {mode!r}; choose exact or minibatch")
     if null < 0:
         raise SimkitError(f"--null must be 0 or a positive number of permutations, got {null}")
-    device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SimkitError("--device cuda was asked for but no CUDA device is available; use --device cpu")
+    device = resolve_device(device)
     chosen_a = resolve_layers(model_a, layers_a)
     chosen_b = resolve_layers(model_b, layers_b)
     model_a.to(device)

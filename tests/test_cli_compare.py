@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from typer.testing import CliRunner
 
 import simkit.cli.main  # noqa: F401  (registers the commands)
@@ -87,6 +88,21 @@ def test_bad_input_exits_2_with_one_line(tmp_path, args, message):
     assert message in result.output
     assert "Traceback" not in result.output
     assert not (tmp_path / "run" / "result.json").exists()
+
+
+@pytest.mark.parametrize("command", ["compare", "capture"])
+@pytest.mark.parametrize("device, message", [
+    pytest.param("gpu", "unknown device 'gpu'; use cpu, cuda or cuda:N", id="gpu"),
+    pytest.param("cuda", "--device cuda was asked for but no CUDA device is available; use --device cpu", id="cuda",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is there")),
+])
+def test_a_device_that_is_not_there_exits_2_with_one_line(tmp_path, command, device, message):
+    models = [MLP_A, MLP_B] if command == "compare" else [MLP_A]
+    result = invoke(command, *models, "--data", "mnist1d", "--n", "32", "--device", device,
+                    "--out", str(tmp_path / "run"))
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [f"error: {message}"]
+    assert not (tmp_path / "run").exists()
 
 
 def test_unknown_model_spec(tmp_path):

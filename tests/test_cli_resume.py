@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -15,7 +17,7 @@ import torch
 import typer
 from typer.testing import CliRunner
 
-from simkit.cli.common import RESULT_FREE
+from simkit.cli.inputs import RESULT_FREE
 from simkit.cli.main import app
 
 CNN = "simkit:cnn2d:channels=4,layers=2"
@@ -150,6 +152,82 @@ def test_resume_without_inputs_json_exits_2(tmp_path):
            "start over without --resume" in result.output
     result = invoke(*ARGS["stitch"], "--no-report", "--resume", "--out", tmp_path / "missing")
     assert result.exit_code == 2 and "does not exist" in result.output
+
+
+def interrupted(*args, **kwargs):
+    """``run_stitching`` stand-in: Ctrl-C before the first checkpoint."""
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("name", list(ARGS))
+def test_a_fresh_run_that_fails_on_bad_input_leaves_nothing_behind(tmp_path, monkeypatch, name):
+    import simkit.io
+
+    written, write_json = [], simkit.io.write_json
+    monkeypatch.setattr("simkit.io.write_json", lambda path, obj: written.append(Path(path)) or write_json(path, obj))
+    result = invoke(*ARGS[name], "--data", "nosuchdata", "--no-report", "--out", tmp_path / "new" / "run")
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1 and "unknown data kind 'nosuchdata'" in result.output
+    assert tmp_path / "new" / "run" / "inputs.json" in written  # written before the runner saw the data
+    assert not list(tmp_path.iterdir()), "inputs.json and the folders made for it are gone"
+
+
+def test_an_interrupted_fresh_run_keeps_its_directory_once_it_holds_more_than_inputs_json(tmp_path, monkeypatch):
+    def checkpointed_then_interrupted(*args, run_dir, **kwargs):
+        (run_dir / "checkpoints").mkdir()
+        (run_dir / "checkpoints" / "stitch.pt").write_bytes(b"state")
+        raise KeyboardInterrupt
+
+    (tmp_path / "mine").mkdir()
+    monkeypatch.setattr("simkit.stitching.runner.run_stitching", interrupted)
+    for out in (tmp_path / "early", tmp_path / "mine"):
+        result = invoke(*ARGS["stitch"], "--no-report", "--out", out)
+        assert result.exit_code == 130 and "interrupted" in result.output
+    assert not (tmp_path / "early").exists()
+    assert (tmp_path / "mine").is_dir(), "a directory this run did not create stays"
+    monkeypatch.setattr("simkit.stitching.runner.run_stitching", checkpointed_then_interrupted)
+    assert invoke(*ARGS["stitch"], "--no-report", "--out", tmp_path / "late").exit_code == 130
+    assert sorted(snapshot(tmp_path / "late")) == ["checkpoints/stitch.pt", "inputs.json"]
+
+
+def test_a_fresh_run_in_a_run_directory_starts_over(runs, tmp_path, monkeypatch):
+    """Without --resume an earlier run's checkpoints go at once (and nothing else), so a fresh run that
+    is interrupted before its first checkpoint resumes under its own inputs, never from the earlier run."""
+    out, log = tmp_path / "run", "stitch_blocks.0__blocks.0__fula__standard.log.csv"
+    shutil.copytree(runs("stitch"), out)
+    before = snapshot(out)
+    assert any(name.startswith("checkpoints/") for name in before)
+    changed = [*ARGS["stitch"], "--n", "100", "--no-report"]
+    with monkeypatch.context() as patch:
+        patch.setattr("simkit.stitching.runner.run_stitching", interrupted)
+        assert invoke(*changed, "--out", out).exit_code == 130
+    assert not (out / "checkpoints").exists()
+    assert json.loads((out / "inputs.json").read_text())["options"]["n"] == 100
+    assert {k: v for k, v in snapshot(out).items() if k != "inputs.json"} == {
+        k: v for k, v in before.items() if k != "inputs.json" and not k.startswith("checkpoints/")}
+    result = invoke(*changed, "--resume", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert invoke(*changed, "--out", tmp_path / "fresh").exit_code == 0
+    for file in ("training.csv", log):
+        assert (out / file).read_text() == (tmp_path / "fresh" / file).read_text(), file
+    assert (runs("stitch") / log).read_text() != (out / log).read_text()
+
+
+@pytest.mark.parametrize("record", [None, ("inputs.json", {"command": "convert"}), ("result.json", {"kind": "compare"})],
+                         ids=["no-record", "other-command", "other-result"])
+def test_a_fresh_run_refuses_checkpoints_of_unknown_origin(tmp_path, record):
+    out = tmp_path / "run"
+    (out / "checkpoints").mkdir(parents=True)
+    (out / "checkpoints" / "train.pt").write_bytes(b"someone's state")
+    if record:
+        (out / record[0]).write_text(json.dumps(record[1]))
+    before = snapshot(out)
+    result = invoke(*ARGS["stitch"], "--no-report", "--out", out)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "holds checkpoints/ but no inputs.json or result.json of `simkit stitch`" in lines[0]
+    assert "choose another --out" in lines[0]
+    assert snapshot(out) == before
 
 
 def test_stitch_cache_default_is_the_library_constant():

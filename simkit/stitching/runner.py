@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from simkit.errors import SimkitError
-from simkit.forward import check_accepts
+from simkit.forward import check_accepts, resolve_device
 from simkit.results import RunResult
 from simkit.runinfo import Timer, run_meta
 from simkit.stitching.halves import BackHalf, FrontHalf, record
@@ -157,7 +157,7 @@ def run_stitching(model_a: nn.Module | str, model_b: nn.Module | str, data: Any,
         raise SimkitError(f"steps must be >= 0 and batch size >= 1, got {steps}, {batch_size}")
     iri_settings = iri_settings or IRISettings()
     iri_settings.validate()
-    dev = torch.device(device)
+    dev = resolve_device(device)
     with timer("load"):
         net_a, spec_a = _model(model_a, "A", seed, trust)
         net_b, spec_b = _model(model_b, "B", seed, trust)

@@ -2,8 +2,8 @@
 
 The widths are those of ResNet-18/34 layers at 64×64 inputs (stem 65,536; blocks 16,384 … 2,048; head
 512), batch 64, float32, 2 threads. Each figure is the best of ``--repeats`` timings of ``--inner`` calls
-on the same tensor (so the data is hot in cache; inside a comparison it is not, and every time is about
-1.5× higher there).
+on the same tensor (so the data is hot in cache; inside a comparison it is not, and the narrow layers take up
+to 1.6× longer there).
 
 Usage: python benchmarks/bench_gram.py [--repeats 5] [--inner 20] [--results benchmarks/results/bench_gram.txt]
 """

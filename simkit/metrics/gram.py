@@ -6,7 +6,7 @@ batch, against the layer's own forward cost, so two things matter.
 * **Speed.** On the CPU a wide layer's Gram is split into column chunks and computed as one batched
   product of its lower block triangle (:func:`linear_gram`): the chunks run one per thread without
   synchronisation, and only ``3/4`` of the products are formed. ResNet's 65,536-wide stem layers take
-  about 0.72× the time of ``x @ x.T`` on 2 threads (``benchmarks/bench_gram.py``).
+  about 0.75× the time of ``x @ x.T`` on 2 threads (``benchmarks/bench_gram.py``).
 * **Accuracy.** A float32 Gram carries a rounding error of about ``ε·(‖mean‖² + Σ var)`` per entry,
   and centring leaves values of size ``Σ var``; a layer whose features are dominated by their mean
   (deep ResNet blocks: ``‖mean‖² ≈ 5–100 · Σ var``) would lose those digits. Such layers are computed

@@ -5,10 +5,13 @@ Measured as whole processes, each pinned to the same thread count:
   simkit    `simkit compare ... --no-report` (linear + unbiased CKA, minibatch mode), stem + every block + head;
   torch-cka the torch-cka package on the same work, when installed (`pip install torch-cka`);
   report    `simkit report DIR` on the run directory;
-  memory    peak RSS of an exact-mode compare with --reduce mean at n = 8192 against n = 1024.
+  memory    peak RSS of an exact-mode compare with --reduce mean at n = 8192 against n = 1024;
+  breakdown (--breakdown) where the time goes, in one process: the bare forward passes, the same with
+            simkit's capture hooks, and the minibatch accumulator, split into its per-batch Grams
+            (simkit.metrics.gram.batch_grams) and the rest.
 
 Usage: python benchmarks/bench_compare.py [--repeats 2] [--skip-speed] [--skip-memory] [--skip-torch-cka]
-                                         [--results benchmarks/results/bench_compare.txt]
+                                         [--breakdown] [--results benchmarks/results/bench_compare.txt]
 
 Every child is measured by ``os.wait4``: CPU seconds (user + sys of the child, the primary figure on a
 shared, loaded machine, where wall time mostly measures the other tenants), wall seconds and peak RSS.
@@ -88,6 +91,78 @@ def best_of(runs: list[Usage]) -> Usage:
     return Usage(min(r.cpu for r in runs), min(r.wall for r in runs), max(r.rss for r in runs))
 
 
+def breakdown(n: int) -> list[str]:
+    """Seconds of each part of a minibatch compare, in this process (second pass of each, warm)."""
+    import torch
+    import torchvision
+
+    from simkit.capture import resolve_layers
+    from simkit.comparison import Tap
+    from simkit.metrics import gram
+    from simkit.metrics.streaming import make_accumulator
+
+    torch.set_num_threads(int(THREADS))
+    models = [torchvision.models.resnet18(weights=None).eval(), torchvision.models.resnet34(weights=None).eval()]
+    x = torch.randn(n, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    batches = [x[i:i + 64] for i in range(0, n, 64)]
+    grams = [0.0]
+    timed = gram.batch_grams
+
+    def timed_grams(acts):
+        start = time.perf_counter()
+        out = timed(acts)
+        grams[0] += time.perf_counter() - start
+        return out
+
+    def bare() -> None:
+        with torch.no_grad():
+            for batch in batches:
+                for model in models:
+                    model(batch)
+
+    def hooked(accumulate: bool) -> float:
+        acc, spent = None, 0.0
+        for batch in batches:
+            acts = [tap.step(batch) for tap in taps]
+            start = time.perf_counter()
+            if accumulate:
+                if acc is None:
+                    acc = make_accumulator(["linear_cka", "unbiased_cka"], "minibatch",
+                                           [a.shape[1] for a in acts[0]], [b.shape[1] for b in acts[1]])
+                acc.update(*acts)
+            spent += time.perf_counter() - start
+        return spent
+
+    def seconds(fn, *a) -> tuple[float, object]:
+        fn(*a)  # warm-up pass
+        start = time.perf_counter()
+        value = fn(*a)
+        return time.perf_counter() - start, value
+
+    import simkit.metrics.streaming as streaming
+
+    t_bare, _ = seconds(bare)  # before any hook exists
+    taps = [Tap(m, resolve_layers(m, LAYERS), label, reduce="auto", output_index=None, device=torch.device("cpu"))
+            for m, label in zip(models, "ab", strict=True)]
+    streaming.batch_grams = timed_grams
+    try:
+        t_hooks, _ = seconds(hooked, False)
+        grams[0] = 0.0
+        hooked(True)
+        grams[0] = 0.0
+        start = time.perf_counter()
+        t_acc = hooked(True)
+        t_all = time.perf_counter() - start
+    finally:
+        streaming.batch_grams = timed
+        for tap in taps:
+            tap.close()
+    return [f"in-process breakdown, n={n}, batch 64 (seconds)",
+            f"  bare forwards {t_bare:7.2f}   with capture hooks {t_hooks:7.2f} ({t_hooks / t_bare:.3f}x)",
+            f"  compare pass  {t_all:7.2f} ({t_all / t_bare:.3f}x): accumulator {t_acc:.2f}, of which Grams "
+            f"{grams[0]:.2f} ({grams[0] / t_bare:.1%} of the bare forwards)"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)
@@ -95,6 +170,7 @@ def main() -> None:
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--skip-torch-cka", action="store_true")
+    parser.add_argument("--breakdown", action="store_true", help="also time the parts in one process")
     parser.add_argument("--results", type=Path, default=Path(__file__).parent / "results" / "bench_compare.txt")
     args = parser.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS=THREADS, MKL_NUM_THREADS=THREADS)
@@ -141,6 +217,9 @@ def main() -> None:
             peaks[n] = run(cmd, env)
             say(f"exact mean n={n:5d}  {peaks[n].line()}")
         say(f"memory ratio n=8192 / n=1024: {peaks[8192].rss / peaks[1024].rss:.3f}  (target <= 1.2)")
+    if args.breakdown:
+        for line in breakdown(args.n):
+            say(line)
     args.results.parent.mkdir(parents=True, exist_ok=True)
     with args.results.open("a") as f:
         f.write("\n".join(lines) + "\n")

@@ -82,9 +82,10 @@ def compare_command(
         from simkit.study import run_study
 
         if len(caches) == 2:
-            result = compare_caches(caches[0], caches[1], layers_a=layers_a, layers_b=layers_b, **common)
+            result = compare_caches(caches[0], caches[1], layers_a=layers_a, layers_b=layers_b, device=device,
+                                    **common)
         else:
-            result = run_study(caches, pairing=pairing, **common)
+            result = run_study(caches, pairing=pairing, device=device, **common)
         finish(result, out, no_report)
         return
     if len(models) != 2:

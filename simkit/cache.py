@@ -148,12 +148,15 @@ def iter_cache(path: str | Path, layers: list[str]) -> Iterator[dict[str, torch.
 
 
 def stream_caches(paths: Sequence[str | Path], layers: Sequence[list[str]], batch_size: int,
-                  n: int | None) -> Iterator[list[list[torch.Tensor]]]:
-    """Lockstep global batches over several caches: per batch, per cache, one (b, d) tensor per layer."""
+                  n: int | None, device: str | torch.device = "cpu") -> Iterator[list[list[torch.Tensor]]]:
+    """Lockstep global batches over several caches: per batch, per cache, one (b, d) float32 tensor per
+    layer, on ``device``."""
+    device = resolve_device(device)
     rank, world = distributed.rank(), distributed.world_size()
     streams = [rebatch(iter_cache(p, names), batch_size, n, rank, world) for p, names in zip(paths, layers, strict=True)]
     for batches in zip(*streams, strict=True):
-        yield [[batch[name].float() for name in names] for batch, names in zip(batches, layers, strict=True)]
+        yield [[batch[name].to(device=device, dtype=torch.float32) for name in names]
+               for batch, names in zip(batches, layers, strict=True)]
 
 
 def check_same_samples(manifests: Sequence[dict[str, Any]], paths: Sequence[str | Path]) -> None:
@@ -169,8 +172,9 @@ def check_same_samples(manifests: Sequence[dict[str, Any]], paths: Sequence[str 
 def compare_caches(path_a: str | Path, path_b: str | Path, *, layers_a: str | Sequence[str] = "blocks",
                    layers_b: str | Sequence[str] = "blocks", metrics: Sequence[str] = ("linear_cka", "unbiased_cka"),
                    mode: str = "minibatch", batch_size: int = 64, n: int | None = None, null: int = 0,
-                   seed: int = 0, progress: bool = True, **options: Any):
-    """Compare two caches as ``simkit.compare`` compares two models; returns a CompareResult."""
+                   seed: int = 0, progress: bool = True, device: str | torch.device = "cpu", **options: Any):
+    """Compare two caches as ``simkit.compare`` compares two models (the metrics run on ``device``);
+    returns a CompareResult."""
     from simkit.comparison import (
         CompareResult,
         check_metrics,
@@ -185,8 +189,10 @@ def compare_caches(path_a: str | Path, path_b: str | Path, *, layers_a: str | Se
     check_same_samples(manifests, [path_a, path_b])
     chosen = [select_cached_layers(manifests[0], layers_a), select_cached_layers(manifests[1], layers_b)]
     started = time.perf_counter()
-    batches = ((sides[0], sides[1]) for sides in stream_caches([path_a, path_b], chosen, batch_size, n))
-    measured = measure(batches, metrics, mode, null=null, seed=seed, names_a=[f"{n!r} ({path_a})" for n in chosen[0]],
+    device = resolve_device(device)
+    batches = ((sides[0], sides[1]) for sides in stream_caches([path_a, path_b], chosen, batch_size, n, device))
+    measured = measure(batches, metrics, mode, device, null=null, seed=seed,
+                       names_a=[f"{n!r} ({path_a})" for n in chosen[0]],
                        names_b=[f"{n!r} ({path_b})" for n in chosen[1]], **options)
     frame = similarity_frame(measured.values, chosen[0], chosen[1])
     rows = []
@@ -198,6 +204,6 @@ def compare_caches(path_a: str | Path, path_b: str | Path, *, layers_a: str | Se
                               metrics, chosen[0], chosen[1], batch_size, seconds)
     layers = pd.DataFrame(rows)
     meta = run_meta(caches=[str(path_a), str(path_b)], method=measured.method, layers=layers_meta(layers),
-                    settings={"null": null, "seed": seed, "reduce": manifests[0]["reduce"]},
+                    settings={"null": null, "seed": seed, "reduce": manifests[0]["reduce"], "device": str(device)},
                     timings={"total": round(seconds, 3)})
     return CompareResult(summary=summary, tables={"similarity": frame, "layers": layers}, meta=meta)

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import torch
 
 from simkit.cache import check_same_samples, read_manifest, select_cached_layers, stream_caches
 from simkit.errors import SimkitError
+from simkit.forward import resolve_device
 from simkit.results import RunResult
 from simkit.runinfo import run_meta
 
@@ -60,8 +62,9 @@ def model_labels(paths: Sequence[str | Path]) -> list[str]:
 def run_study(paths: Sequence[str | Path], *, pairing: str = "last",
               metrics: Sequence[str] = ("linear_cka", "unbiased_cka"), mode: str = "minibatch",
               batch_size: int = 64, n: int | None = None, null: int = 0, seed: int = 0,
-              progress: bool = True, **options: Any) -> StudyResult:
-    """Compare every pair of cached models at one layer each; returns a StudyResult."""
+              progress: bool = True, device: str | torch.device = "cpu", **options: Any) -> StudyResult:
+    """Compare every pair of cached models at one layer each (the metrics run on ``device``); returns a
+    StudyResult."""
     from simkit.comparison import check_metrics, measure, similarity_frame
 
     metrics = check_metrics(metrics)
@@ -72,13 +75,14 @@ def run_study(paths: Sequence[str | Path], *, pairing: str = "last",
     layers = pairing_layers(manifests, pairing)
     labels = model_labels(paths)
     started = time.perf_counter()
+    device = resolve_device(device)
 
     def batches():
-        for sides in stream_caches(paths, [[name] for name in layers], batch_size, n):
+        for sides in stream_caches(paths, [[name] for name in layers], batch_size, n, device):
             acts = [side[0] for side in sides]
             yield acts, acts
 
-    measured = measure(batches(), metrics, mode, null=null, seed=seed, **options)
+    measured = measure(batches(), metrics, mode, device, null=null, seed=seed, **options)
     frame = similarity_frame(measured.values, labels, labels).rename(
         columns={"layer_a": "model_a", "layer_b": "model_b"})
     layer_of = dict(zip(labels, layers, strict=True))
@@ -89,5 +93,6 @@ def run_study(paths: Sequence[str | Path], *, pairing: str = "last",
     seconds = time.perf_counter() - started
     summary = {"models": labels, "metric": metrics[0], "metrics": metrics, "pairing": pairing,
                "data": manifests[0]["data"], "n": measured.rows, "mode": mode, "seconds": round(seconds, 3)}
-    meta = run_meta(method=measured.method, settings={"null": null, "seed": seed, "batch_size": batch_size})
+    meta = run_meta(method=measured.method, settings={"null": null, "seed": seed, "batch_size": batch_size,
+                                                      "device": str(device)})
     return StudyResult(summary=summary, tables={"study": frame, "models": models}, meta=meta)

@@ -95,3 +95,13 @@ def test_bad_batch_size_is_a_clear_error_not_a_hang(tmp_path, data, batch_size):
     with pytest.raises(SimkitError, match=message):
         capture(tmp_path / "c", data, 0, batch_size=batch_size)
     assert not (tmp_path / "c").exists()
+
+
+def test_cache_compares_and_studies_check_and_record_the_device(tmp_path, data):
+    paths = [capture(tmp_path, data, seed) for seed in (0, 1, 2)]
+    with pytest.raises(SimkitError, match="unknown device 'gpu'; use cpu, cuda or cuda:N"):
+        compare_caches(paths[0], paths[1], device="gpu", progress=False)
+    with pytest.raises(SimkitError, match="unknown device 'gpu'"):
+        run_study(paths, device="gpu", progress=False)
+    assert compare_caches(paths[0], paths[1], device="cpu", progress=False).meta["settings"]["device"] == "cpu"
+    assert run_study(paths, device="cpu", progress=False).meta["settings"]["device"] == "cpu"

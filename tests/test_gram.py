@@ -17,9 +17,9 @@ from simkit.metrics import gram
 
 @pytest.fixture
 def chunked(monkeypatch):
-    """Every layer of at least 2·threads·4 columns takes the chunked symmetric product."""
+    """Every layer of at least CHUNKS·4 columns takes the chunked symmetric product."""
     monkeypatch.setattr(gram, "MIN_CHUNK", 4)
-    return 2 * torch.get_num_threads() * 4
+    return gram.CHUNKS * 4
 
 
 def np_centred_gram(x: np.ndarray) -> np.ndarray:
@@ -40,7 +40,7 @@ def test_linear_gram_equals_reference_on_the_chunked_path(b, extra, seed):
     """Odd and even batch sizes; widths with and without a remainder after the chunks."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(gram, "MIN_CHUNK", 4)
-        p = 2 * torch.get_num_threads() * 4 + extra
+        p = gram.CHUNKS * 4 + extra
         x = np.random.default_rng(seed).normal(size=(b, p))
         assert gram._chunks(p, torch.device("cpu")) > 1
         got = gram.linear_gram(torch.from_numpy(x))
@@ -153,3 +153,19 @@ def test_layers_constant_up_to_rounding_get_exactly_zero_grams(chunked):
     for i, x in ((1, varying), (2, big_column)):
         ref = np_centred_gram(x.double().numpy())
         assert np.abs(centre(g[i].numpy()) - ref).max() / np.abs(ref).max() < 1e-4
+
+
+def test_chunking_does_not_depend_on_the_thread_count(chunked):
+    """Under torchrun each process may run fewer threads: the Grams must come out the same."""
+    x = torch.randn(16, chunked + 3)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = gram.linear_gram(x)
+        assert gram._chunks(x.shape[1], x.device) == gram.CHUNKS
+        torch.set_num_threads(2)
+        two = gram.linear_gram(x)
+    finally:
+        torch.set_num_threads(before)
+    assert gram._chunks(x.shape[1], x.device) == gram.CHUNKS
+    torch.testing.assert_close(one, two, rtol=0, atol=0)

@@ -4,7 +4,7 @@ The minibatch CKA path spends most of its time here: a Gram costs ``b²·p`` mul
 batch, against the layer's own forward cost, so two things matter.
 
 * **Speed.** On the CPU a wide layer's Gram is split into column chunks and computed as one batched
-  product of its lower block triangle (:func:`linear_gram`): the chunks run one per thread without
+  product of its lower block triangle (:func:`linear_gram`): the chunks run in parallel without
   synchronisation, and only ``3/4`` of the products are formed. ResNet's 65,536-wide stem layers take
   about 0.75× the time of ``x @ x.T`` on 2 threads (``benchmarks/bench_gram.py``).
 * **Accuracy.** A float32 Gram carries a rounding error of about ``ε·(‖mean‖² + Σ var)`` per entry,
@@ -35,16 +35,16 @@ SHIFT_RATIO = 4.0
 #: ... and shifted from the start when two rows suggest ``‖mean‖² > SHIFT_GUESS · Σ var``
 #: (a margin below SHIFT_RATIO, so a wrong guess costs time, never accuracy).
 SHIFT_GUESS = 1.0
+#: Column chunks of the CPU product. A constant, not the thread count: the float32 sums must not depend
+#: on how many threads (or torchrun processes) run, so that any split of the work gives the same Grams.
+CHUNKS = 4
 #: The chunked symmetric product is used when every chunk is at least this many columns wide.
 MIN_CHUNK = 2048
 
 
 def _chunks(p: int, device: torch.device) -> int:
     """How many column chunks the CPU product uses for width ``p`` (1: a plain matmul)."""
-    if device.type != "cpu":
-        return 1
-    chunks = 2 * torch.get_num_threads()
-    return chunks if p >= chunks * MIN_CHUNK else 1
+    return CHUNKS if device.type == "cpu" and p >= CHUNKS * MIN_CHUNK else 1
 
 
 def linear_gram(x: Tensor, out: Tensor | None = None) -> Tensor:

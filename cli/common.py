@@ -23,8 +23,8 @@ app = typer.Typer(
 
 
 def command(*args: Any, **kwargs: Any):
-    """``@app.command`` that joins torchrun's process group when launched by it, and turns a
-    SimkitError into one line on stderr and exit code 2. A run directory that this invocation created
+    """``@app.command`` that checks ``--device`` first, joins torchrun's process group when launched by
+    it, and turns a SimkitError into one line on stderr and exit code 2. A run directory that this invocation created
     and that holds nothing but inputs.json when it fails on bad input (or is interrupted) is removed
     again (``simkit.cli.inputs.discard_unused_runs``)."""
 
@@ -34,6 +34,10 @@ def command(*args: Any, **kwargs: Any):
             try:
                 from simkit.distributed import init_if_launched
 
+                if kw.get("device") is not None:  # a device that is not there fails before anything is written
+                    from simkit.forward import resolve_device
+
+                    resolve_device(kw["device"])
                 init_if_launched(str(kw.get("device") or "cpu"))  # under torchrun: join its process group
                 return func(*a, **kw)
             except SimkitError as exc:

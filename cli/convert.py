@@ -65,10 +65,7 @@ def convert_command(
     resume: ResumeOpt = False,
     no_report: NoReportOpt = False,
 ) -> None:
-    from simkit.forward import resolve_device
     from simkit.theseus.runner import run_conversion
-
-    resolve_device(device)  # a device that is not there fails before anything is written
 
     chosen_baselines = [] if baselines.strip().lower() == "none" else split_list(baselines)
     recipe = None if plan else recipe

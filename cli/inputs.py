@@ -147,8 +147,10 @@ def _spec_paths(kind: str, value: str) -> list[Path]:
         from simkit.data import local_paths
 
         return local_paths(value)
-    if kind == "plan":  # FILE.py:FUNCTION, split as simkit.theseus.recipes.load_plan_file does
-        return [Path(value.rpartition(":")[0] or value)]
+    if kind == "plan":
+        from simkit.theseus.recipes import plan_file
+
+        return [plan_file(value)[0]]
     return [Path(value).expanduser()]
 
 

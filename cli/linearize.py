@@ -55,10 +55,7 @@ def linearize_command(
     no_report: NoReportOpt = False,
 ) -> None:
     from simkit.data import load_data
-    from simkit.forward import resolve_device
     from simkit.linearize.runner import run_linearization
-
-    resolve_device(device)  # a device that is not there fails before anything is written
 
     granularities = split_list(granularity) or ["channel", "layer"]
     omegas = split_floats(omega, "--omega") or [1e-4, 1e-3, 1e-2, 1e-1]

@@ -80,11 +80,8 @@ def stitch_command(
     resume: ResumeOpt = False,
     no_report: NoReportOpt = False,
 ) -> None:
-    from simkit.forward import resolve_device
     from simkit.stitching.iri import IRISettings
     from simkit.stitching.runner import DEFAULT_CACHE, run_stitching
-
-    resolve_device(device)  # a device that is not there fails before anything is written
 
     layers_a, layers_b = split_list(layer_a) or None, split_list(layer_b) or None
     objectives = split_list(objective) or ["fula"]

@@ -150,8 +150,7 @@ def iter_cache(path: str | Path, layers: list[str]) -> Iterator[dict[str, torch.
 def stream_caches(paths: Sequence[str | Path], layers: Sequence[list[str]], batch_size: int,
                   n: int | None, device: str | torch.device = "cpu") -> Iterator[list[list[torch.Tensor]]]:
     """Lockstep global batches over several caches: per batch, per cache, one (b, d) float32 tensor per
-    layer, on ``device``."""
-    device = resolve_device(device)
+    layer, on ``device`` (already checked by the caller, see ``simkit.forward.resolve_device``)."""
     rank, world = distributed.rank(), distributed.world_size()
     streams = [rebatch(iter_cache(p, names), batch_size, n, rank, world) for p, names in zip(paths, layers, strict=True)]
     for batches in zip(*streams, strict=True):

@@ -24,7 +24,7 @@ from simkit.batches import Batch, check_batch_size, count_rows, iter_batches
 from simkit.errors import SimkitError
 from simkit.forward import forward_error, resolve_device, run_model
 from simkit.metrics.streaming import METRICS, MODES
-from simkit.progress import progress_bar as make_progress_bar
+from simkit.progress import progress_bar
 from simkit.results import RunResult
 from simkit.runinfo import run_meta
 
@@ -291,15 +291,15 @@ def compare(model_a: nn.Module, model_b: nn.Module, data: Any, *,
     if total is not None and n is not None:
         total = min(total, n)
     steps = None if total is None else -(-total // batch_size)
-    progress_bar = make_progress_bar(progress)
-    task = progress_bar.add_task(f"compare ({mode})", total=steps)
+    bar = progress_bar(progress)
+    task = bar.add_task(f"compare ({mode})", total=steps)
 
     # one model against itself: one set of hooks and one forward pass per batch feed both sides
     same = model_a is model_b
     union = chosen_a + [name for name in chosen_b if name not in chosen_a] if same else chosen_a
 
     def activations():
-        with progress_bar:
+        with bar:
             for batch in iter_batches(data, batch_size, n, rank=distributed.rank(),
                                       world_size=distributed.world_size()):
                 if same:
@@ -307,7 +307,7 @@ def compare(model_a: nn.Module, model_b: nn.Module, data: Any, *,
                     yield [acts[name] for name in chosen_a], [acts[name] for name in chosen_b]
                 else:
                     yield tap_a.step(batch), tap_b.step(batch)
-                progress_bar.advance(task, distributed.world_size())
+                bar.advance(task, distributed.world_size())
 
     options = dict(null=null, seed=seed, rbf_factor=rbf_factor, knn_k=knn_k,
                    memory_budget_bytes=memory_budget_bytes, device=device,

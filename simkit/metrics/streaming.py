@@ -593,10 +593,10 @@ class _FeaturePart:
         the sum about zero ``diag + 2c·Σ (x − c) + n·c²``, all in float64. A column that is constant up
         to float rounding counts as constant; so does a layer whose columns all do.
         """
-        diag, start, off = [], 0, 0
+        diag, off = [], 0
         for d in dims:
             diag.append(blocks[off:off + d * d].view(d, d).diagonal())
-            start, off = start + d, off + d * d
+            off += d * d
         about_shift = torch.cat(diag)
         shift = shift.to(sums.device)
         centred = about_shift - sums * sums / n

@@ -89,12 +89,17 @@ def attention_to_rnn(guide: nn.Module, cell: str = "gru") -> ReplacementPlan:
                            description=f"attention-to-rnn: {count} transformer blocks → {cell.upper()} layers")
 
 
-def load_plan_file(spec: str, guide: nn.Module) -> ReplacementPlan:
-    """``path/to/file.py:make_plan`` → ``make_plan(guide)`` as a ReplacementPlan (this runs the file)."""
+def plan_file(spec: str) -> tuple[Path, str]:
+    """``path/to/file.py:make_plan`` → (the file, the function name); SimkitError for another form."""
     path_text, sep, func = spec.rpartition(":")
     if not sep or not path_text.endswith(".py") or not func:
         raise SimkitError(f"--plan expects FILE.py:FUNCTION, got {spec!r}")
-    path = Path(path_text)
+    return Path(path_text), func
+
+
+def load_plan_file(spec: str, guide: nn.Module) -> ReplacementPlan:
+    """``path/to/file.py:make_plan`` → ``make_plan(guide)`` as a ReplacementPlan (this runs the file)."""
+    path, func = plan_file(spec)
     if not path.is_file():
         raise SimkitError(f"--plan file {path} does not exist")
     module_spec = importlib.util.spec_from_file_location(f"simkit_plan_{path.stem}", path)

@@ -96,8 +96,8 @@ def breakdown(n: int) -> list[str]:
     import torch
     import torchvision
 
-    from simkit.capture import resolve_layers
     from simkit.comparison import Tap
+    from simkit.layers import resolve_layers
     from simkit.metrics import gram
     from simkit.metrics.streaming import make_accumulator
 

@@ -102,10 +102,11 @@ def load_cli_model(spec: str, *, seed: int, trust: bool, weights: Path | None):
 def finish(result, out: Path, no_report: bool) -> None:
     """Save a result into its run directory (rank 0 only under torchrun) and say where it went."""
     from simkit.distributed import is_main_process
+    from simkit.report import save_run
 
     if not is_main_process():
         return
-    result.save(out, report=not no_report)
+    save_run(result, out, report=not no_report)
     shown = out / ("result.json" if no_report else "report.html")
     typer.echo(f"wrote {shown}", err=True)
 

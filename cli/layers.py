@@ -28,9 +28,9 @@ def layers_command(
         "--tokenizer", help="hf:DIR whose tokenizer reads text:FILE data (default: MODEL when it is hf:).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON records.")] = False,
 ) -> None:
-    from simkit.capture import layer_table, resolve_layers
     from simkit.data import load_data
     from simkit.errors import SimkitError
+    from simkit.layers import layer_table, resolve_layers
 
     module = load_cli_model(model, seed=seed, trust=trust, weights=weights)
     sample, source = None, data

@@ -55,7 +55,7 @@ def linearize_command(
     no_report: NoReportOpt = False,
 ) -> None:
     from simkit.data import load_data
-    from simkit.linearize.runner import run_linearization
+    from simkit.linearization.runner import run_linearization
 
     granularities = split_list(granularity) or ["channel", "layer"]
     omegas = split_floats(omega, "--omega") or [1e-4, 1e-3, 1e-2, 1e-1]
@@ -85,7 +85,7 @@ def napl_command(
     seed: SeedOpt = 0,
     trust: TrustOpt = False,
 ) -> None:
-    from simkit.linearize.napl import path_lengths
+    from simkit.linearization.napl import path_lengths
 
     net = load_cli_model(model, seed=seed, trust=trust, weights=weights)
     example = None

@@ -15,7 +15,8 @@ def report(
     run_dir: Annotated[Path, typer.Argument(metavar="DIR", help="A run directory written by a simkit command.")],
 ) -> None:
     import simkit
+    from simkit.report import render_report
 
     result = simkit.load(run_dir)  # SimkitError for a missing or incomplete run directory
-    path = result.report(run_dir / "report.html")
+    path = render_report(result, run_dir / "report.html")
     typer.echo(f"wrote {path}", err=True)

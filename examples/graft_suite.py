@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+import simkit
 from simkit.surgery.suite import run_graft_suite
 from simkit.surgery.tasks import SuiteSettings
 
@@ -20,7 +21,7 @@ from simkit.surgery.tasks import SuiteSettings
 def main(out: Path) -> None:
     settings = SuiteSettings(model="simkit:llama", after="blocks.1", branch="llama", gate="shadow", steps=600)
     result = run_graft_suite(settings, out)
-    result.save(out)
+    simkit.save_run(result, out)
     print(json.dumps(result.summary, indent=2))
     print(f"report: {out / 'report.html'}")
 

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pandas as pd
 
+import simkit
 from simkit.data import load_data
-from simkit.linearize.runner import run_linearization
+from simkit.linearization.runner import run_linearization
 from simkit.models import load_model
 
 NETWORKS = {
@@ -58,7 +59,7 @@ def main() -> None:
                                    lr=args.lr, slope_lr=args.slope_lr, batch_size=128, seed=args.seed,
                                    run_dir=args.out / name, resume=True, progress=False, model_spec=spec,
                                    data_spec="mnist1d")
-        result.save(args.out / name)
+        simkit.save_run(result, args.out / name)
         runs = result.tables["runs"].assign(network=name)
         tables.append(runs)
         summaries[name] = (result.summary, result.tables["matched"], time.perf_counter() - started)

@@ -25,6 +25,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+import simkit
 from simkit.data import Dataset, load_data
 from simkit.models import load_model
 from simkit.stitching.iri import IRISettings
@@ -128,7 +129,7 @@ def main() -> None:
             objectives=args.objectives, iri=True, steps=args.stitch_steps, batch_size=128, lr=1e-3,
             iri_settings=IRISettings(steps=args.iri_steps, tol=args.iri_tol, optimizer=args.iri_optimizer),
             run_dir=out, resume=True, cache_dir=args.cache_dir)
-        result.save(out)
+        simkit.save_run(result, out)
         frame = result.to_frame()
         frame.insert(0, "pair", f"{front}->{back}")
         frames.append(frame)

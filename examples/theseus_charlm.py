@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+import simkit
 from simkit.data import Dataset
 from simkit.models import load_model
 from simkit.theseus.runner import run_conversion
@@ -109,7 +110,7 @@ def main() -> None:
         steps_per_stage=args.steps_per_stage, batch_size=args.batch_size, finetune_epochs=args.finetune_epochs,
         finetune_batch_size=args.batch_size, train_guide=args.guide_epochs, seed=args.seed,
         run_dir=args.out, resume=args.resume, eval_samples=256)
-    result.save(args.out)
+    simkit.save_run(result, args.out)
     print(result.tables["runs"].T.to_string())
     print(f"wall time {time.perf_counter() - started:.0f} s; report: {args.out / 'report.html'}")
 

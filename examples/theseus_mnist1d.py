@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+import simkit
 from simkit.data import load_data
 from simkit.models import load_model
 from simkit.theseus.runner import run_conversion
@@ -80,7 +81,7 @@ def main() -> None:
                 baselines=baselines if i == 0 else [], rank=args.rank, steps_per_stage=args.steps_per_stage,
                 batch_size=args.batch_size, finetune_epochs=args.finetune_epochs, head_epochs=args.head_epochs,
                 lr=args.lr, seed=seed, run_dir=arm_dir, resume=args.resume, compare_layers=i == 0)
-            result.save(arm_dir, report=not args.no_report)
+            simkit.save_run(result, arm_dir, report=not args.no_report)
             row = result.tables["runs"].iloc[0].to_dict()
             rows.append(row)
             print(f"  {schedule:<12} {metric:<13} {init:<8} probe {row['probe_accuracy']:.4f}  "

@@ -1,23 +1,56 @@
 """simkit: how similar are two neural networks inside, layer by layer.
 
-Library entry points (each returns a result with ``.to_frame()``, ``.save(dir)``, ``.report(path)``):
-``compare`` (CKA family, mutual k-NN), ``load`` (read a run directory back).
+The public API (every name loads on first use, so ``import simkit`` and ``simkit --help`` stay fast):
+
+- ``compare(model_a, model_b, data, ...)`` → ``CompareResult``; ``compare_caches(path_a, path_b, ...)``;
+  ``study(paths, ...)`` → ``StudyResult``; ``capture(model, data, out, ...)`` writes an activation cache;
+- the research runners, each ``run(modules, data, settings, run_dir=None, resume=False)`` → a result:
+  ``convert`` (Network of Theseus, ``ConvertSettings``), ``stitch`` (``StitchSettings``), ``linearize``
+  (``LinearizeSettings``), ``graft`` (``GraftSettings``);
+- ``load(run_dir)`` reads any run directory back; ``save_run(result, out)`` writes one with its
+  report; ``render_report(result, path)`` writes the HTML report alone.
+
+Results are data (``summary``, ``tables``, ``meta``, ``extra``; ``.to_frame()``, ``.save(dir)``).
+Models and data from spec strings: ``simkit.models.load_model``, ``simkit.data.load_data``.
 """
 
 from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
 
 __version__ = "0.1.0"
 
 from simkit.errors import SimkitError
 from simkit.results import load
 
-__all__ = ["SimkitError", "__version__", "compare", "load"]
+# public name → the module that defines it (imported on first use)
+_LAZY = {
+    "compare": "simkit.engine",
+    "compare_caches": "simkit.engine",
+    "study": "simkit.engine",
+    "capture": "simkit.engine",
+    "convert": "simkit.theseus",
+    "ConvertSettings": "simkit.theseus",
+    "stitch": "simkit.stitching",
+    "StitchSettings": "simkit.stitching",
+    "linearize": "simkit.linearization",
+    "LinearizeSettings": "simkit.linearization",
+    "graft": "simkit.grafting",
+    "GraftSettings": "simkit.grafting",
+    "save_run": "simkit.report",
+    "render_report": "simkit.report",
+    "RunDir": "simkit.rundir",
+}
+
+__all__ = ["SimkitError", "__version__", "load", *_LAZY]
 
 
-def __getattr__(name: str):
-    # Heavy modules load on first use so `import simkit` and `simkit --help` stay fast.
-    if name == "compare":
-        from simkit.comparison import compare
-
-        return compare
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'simkit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

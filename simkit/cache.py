@@ -58,7 +58,7 @@ def capture_to_cache(model: nn.Module, data: Any, out: str | Path, *, layers: st
     """
     from safetensors.torch import save_file
 
-    from simkit.capture import resolve_layers
+    from simkit.layers import resolve_layers
 
     check_batch_size(batch_size)
     from simkit.comparison import Tap

@@ -25,35 +25,10 @@ from simkit.errors import SimkitError
 from simkit.forward import forward_error, resolve_device, run_model
 from simkit.metrics.streaming import METRICS, MODES
 from simkit.progress import progress_bar
-from simkit.results import RunResult
+from simkit.results import CompareResult
 from simkit.runinfo import run_meta
 
 DEFAULT_METRICS = ("linear_cka", "unbiased_cka")
-
-
-@dataclass
-class CompareResult(RunResult):
-    """Layer × layer similarity of two models.
-
-    tables: ``similarity`` (layer_a, layer_b, metric, value[, null_mean, null_p95]) and ``layers``
-    (model, name, type, shape, reduction, dim).
-    """
-
-    kind = "compare"
-    main_table = "similarity"
-
-    def matrix(self, metric: str, column: str = "value") -> pd.DataFrame:
-        """(L_a, L_b) DataFrame of ``metric``: rows are A's layers, columns B's, in model order."""
-        frame = self.tables["similarity"]
-        known = sorted(frame["metric"].unique())
-        if metric not in known:
-            raise SimkitError(f"metric {metric!r} is not in this result; it has: {', '.join(known)}")
-        rows = frame[frame["metric"] == metric]
-        layers = self.tables["layers"]
-        order_a = list(layers.loc[layers["model"] == "a", "name"])
-        order_b = list(layers.loc[layers["model"] == "b", "name"])
-        wide = rows.pivot(index="layer_a", columns="layer_b", values=column)
-        return wide.reindex(index=order_a, columns=order_b)
 
 
 def check_metrics(metrics: Sequence[str]) -> list[str]:
@@ -105,13 +80,13 @@ class Tap:
 
     def __init__(self, model: nn.Module, layers: list[str], label: str, *, reduce: str, output_index: Any,
                  device: torch.device):
-        from simkit.capture import capture
+        from simkit.layers import record_layers
 
         self.model, self.layers, self.label, self.device = model, layers, label, device
         self.dtype = _float_dtype(model)
         self._stack = ExitStack()
         self._stack.enter_context(_eval_mode(model))
-        self.capture = self._stack.enter_context(capture(model, layers, reduce=reduce,
+        self.capture = self._stack.enter_context(record_layers(model, layers, reduce=reduce,
                                                          output_index=output_index))
         self.forward_seconds = 0.0
 
@@ -258,7 +233,7 @@ def compare(model_a: nn.Module, model_b: nn.Module, data: Any, *,
     hook is left behind. Passing the same module twice runs one forward pass per batch.
     Returns a CompareResult: ``.matrix(metric)`` is (L_a, L_b); ``.to_frame()`` the long table.
     """
-    from simkit.capture import resolve_layers
+    from simkit.layers import resolve_layers
 
     metrics = check_metrics(metrics)
     if isinstance(model_a, str) or isinstance(model_b, str):

@@ -1,8 +1,10 @@
 """Results are data: a summary, tidy tables and metadata, saved as ``result.json`` plus CSV files.
 
-Every runner returns a subclass of :class:`RunResult`. A run directory holds ``result.json``
-(``kind``, ``summary``, ``meta``, ``extra`` and the list of tables), one ``<table>.csv`` per table,
-and ``report.html`` rendered from those files only. ``simkit.load(dir)`` reads any of them back.
+Every runner returns one of the result kinds defined here, all listed in :data:`RESULT_KINDS` (the
+one table of kinds: ``simkit.load`` and the report layer look a kind up there). A run directory holds
+``result.json`` (``kind``, ``summary``, ``meta``, ``extra`` and the list of tables) and one
+``<table>.csv`` per table; ``report.html`` is the report layer's (``simkit.report.save_run``).
+``simkit.load(dir)`` reads any run directory back.
 """
 
 from __future__ import annotations
@@ -16,8 +18,6 @@ import pandas as pd
 
 from simkit.errors import SimkitError
 from simkit.io import write_csv, write_json
-
-_KINDS: dict[str, type[RunResult]] = {}
 
 
 @dataclass
@@ -38,24 +38,23 @@ class RunResult:
     meta: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        _KINDS[cls.kind] = cls
-
     def to_frame(self) -> pd.DataFrame:
         """The main table as a pandas DataFrame (a copy)."""
         name = self.main_table or next(iter(self.tables))
         return self.tables[name].copy()
 
-    def save(self, out_dir: str | Path, report: bool = True) -> Path:
-        """Write the run directory (atomically, file by file); render ``report.html`` unless told not to."""
-        out = Path(out_dir)
+    def save(self, out: str | Path) -> Path:
+        """Write the run directory's data files (each atomically): the CSV tables, then ``result.json``.
+
+        The HTML report is the report layer's: ``simkit.report.save_run(result, out)`` saves and renders.
+        """
+        out = Path(out)
         if out.exists() and not out.is_dir():
-            raise SimkitError(f"--out {out} is an existing file, not a directory; choose another --out")
+            raise SimkitError(f"`out` {out} is an existing file, not a directory; choose another `out`")
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise SimkitError(f"cannot create the run directory {out} ({exc.strerror}); choose another --out") \
+            raise SimkitError(f"cannot create the run directory {out} ({exc.strerror}); choose another `out`") \
                 from None
         for name, frame in self.tables.items():
             write_csv(out / f"{name}.csv", frame)
@@ -64,15 +63,7 @@ class RunResult:
             "tables": sorted(self.tables), "extra": self.extra,
             "text_columns": {name: text_columns(frame) for name, frame in self.tables.items()},
         })
-        if report:
-            self.report(out / "report.html")
         return out
-
-    def report(self, path: str | Path) -> Path:
-        """Render the self-contained HTML report to ``path``."""
-        from simkit.report import render_report
-
-        return render_report(self, path)
 
     @classmethod
     def from_dir(cls, run_dir: Path, data: dict[str, Any]) -> RunResult:
@@ -89,6 +80,114 @@ class RunResult:
                   for name in data.get("tables", [])}
         return cls(summary=data.get("summary", {}), tables=tables,
                    meta=data.get("meta", {}), extra=data.get("extra", {}))
+
+
+# ------------------------------------------------------------------------------------ the result kinds
+
+
+def _metric_rows(frame: pd.DataFrame, metric: str | None, what: str) -> tuple[str, pd.DataFrame]:
+    """``(metric, rows of that metric)``; ``metric=None`` means the only one (a SimkitError when several)."""
+    known = list(dict.fromkeys(frame["metric"]))
+    if metric is None:
+        if len(known) != 1:
+            raise SimkitError(f"this {what} holds several metrics ({', '.join(known)}); pass one of them as `metric`")
+        metric = known[0]
+    if metric not in known:
+        raise SimkitError(f"metric {metric!r} is not in this {what}; it has: {', '.join(sorted(known))}")
+    return metric, frame[frame["metric"] == metric]
+
+
+@dataclass
+class CompareResult(RunResult):
+    """Layer × layer similarity of two models.
+
+    tables: ``similarity`` (layer_a, layer_b, metric, value[, null_mean, null_p95]) and ``layers``
+    (model, name, type, shape, reduction, dim).
+    """
+
+    kind: ClassVar[str] = "compare"
+    main_table: ClassVar[str] = "similarity"
+
+    def matrix(self, metric: str | None = None, column: str = "value") -> pd.DataFrame:
+        """(L_a, L_b) DataFrame of ``metric`` (default: the only one): rows are A's layers, columns B's,
+        in model order."""
+        _, rows = _metric_rows(self.tables["similarity"], metric, "result")
+        layers = self.tables["layers"]
+        order_a = list(layers.loc[layers["model"] == "a", "name"])
+        order_b = list(layers.loc[layers["model"] == "b", "name"])
+        wide = rows.pivot(index="layer_a", columns="layer_b", values=column)
+        return wide.reindex(index=order_a, columns=order_b)
+
+
+@dataclass
+class StudyResult(RunResult):
+    """Model × model similarity. Table ``study``: model_a, model_b, layer_a, layer_b, metric, value."""
+
+    kind: ClassVar[str] = "study"
+    main_table: ClassVar[str] = "study"
+
+    def matrix(self, metric: str | None = None) -> pd.DataFrame:
+        """(M, M) DataFrame of ``metric`` (default: the only one) between the studied models, in order."""
+        _, rows = _metric_rows(self.tables["study"], metric, "study")
+        order = list(self.summary["models"])
+        return rows.pivot(index="model_a", columns="model_b", values="value").reindex(index=order, columns=order)
+
+
+@dataclass
+class ConvertResult(RunResult):
+    """A conversion run (Network of Theseus).
+
+    summary: guide/converted/scratch/kd ``_accuracy`` (``_perplexity`` for language models) of the first
+    (schedule, metric, guide_init) arm, plus schedule, metric, recipe, guide_init, probe score.
+    tables: ``runs`` (one row per schedule × metric × guide_init), ``stages`` (stage, layer,
+    alignment_metric, value, schedule, metric, guide_init, replaced: linear CKA of each replaced
+    layer vs the guide on held-out data after each stage), ``stage_summary``, ``curves`` (loss per
+    step, thinned), ``layer_cka`` (converted × guide linear CKA, first arm).
+    """
+
+    kind: ClassVar[str] = "convert"
+    main_table: ClassVar[str] = "runs"
+
+
+@dataclass
+class StitchResult(RunResult):
+    """Tables: ``stitching`` (one row per layer pair × objective × setting), ``training`` (steps, final
+    loss and least-squares residual per stitch), ``iris`` (IRI error statistics per layer of A).
+    Summary: a_accuracy, b_accuracy, iri_relative_error_median, mean_penalty_<objective>_<setting>.
+    Extra: ``iri_histograms`` and ``iri_examples`` per layer of A, ``pairs`` (with relative depths)."""
+
+    kind: ClassVar[str] = "stitch"
+    main_table: ClassVar[str] = "stitching"
+
+
+@dataclass
+class LinearizeResult(RunResult):
+    """An ω × granularity linearization sweep.
+
+    tables: ``runs`` (one row per run: granularity, omega, napl, nonlinear_fraction, accuracy, ...),
+    ``layers`` (run, granularity, omega, layer, channels, slopes, nonlinear_fraction), ``distributions``
+    (run, length, probability, apl_probability; run "original" included), ``cka`` (run, layer_a,
+    layer_b, linear_cka: linearized site b against original site a), ``history`` (run, step, loss).
+    summary: original_accuracy, original_napl, runs (the runs table as records), and more.
+    """
+
+    kind: ClassVar[str] = "linearize"
+    main_table: ClassVar[str] = "runs"
+
+
+@dataclass
+class GraftResult(RunResult):
+    """The exact-surgery checks. Tables: ``e1`` (one row per gate), ``e2`` (one row per arm and step:
+    loss, α, gradients, ‖R(x)‖, undo distance), ``e2_arms`` (one row per arm), ``e3`` (one row per graft
+    depth), ``f3`` (per-step losses of the three F3 runs)."""
+
+    kind: ClassVar[str] = "graft"
+    main_table: ClassVar[str] = "e1"
+
+
+# The one table of result kinds: kind name (result.json "kind", the report template's name) → class.
+RESULT_KINDS: dict[str, type[RunResult]] = {cls.kind: cls for cls in (
+    CompareResult, StudyResult, ConvertResult, StitchResult, LinearizeResult, GraftResult)}
 
 
 def text_columns(frame: pd.DataFrame) -> list[str]:
@@ -118,31 +217,8 @@ def load(run_dir: str | Path) -> RunResult:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise SimkitError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    _import_result_modules()
     kind = data.get("kind", "run")
-    cls = _KINDS.get(kind)
+    cls = RESULT_KINDS.get(kind)
     if cls is None:
-        raise SimkitError(f"{path} has unknown kind {kind!r}; known kinds: {', '.join(sorted(_KINDS))}")
+        raise SimkitError(f"{path} has unknown kind {kind!r}; known kinds: {', '.join(sorted(RESULT_KINDS))}")
     return cls.from_dir(run_dir, data)
-
-
-# Modules that define result classes; imported lazily so `load` knows every kind.
-RESULT_MODULES = (
-    "simkit.comparison",
-    "simkit.surgery.suite",
-    "simkit.theseus.runner",
-    "simkit.stitching.runner",
-    "simkit.linearize.runner",
-    "simkit.study",
-)
-
-
-def _import_result_modules() -> None:
-    import importlib
-
-    for name in RESULT_MODULES:
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:  # a real missing dependency inside the module
-                raise

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,26 +17,8 @@ import torch
 from simkit.cache import check_same_samples, read_manifest, select_cached_layers, stream_caches
 from simkit.errors import SimkitError
 from simkit.forward import resolve_device
-from simkit.results import RunResult
+from simkit.results import StudyResult
 from simkit.runinfo import run_meta
-
-
-@dataclass
-class StudyResult(RunResult):
-    """Model × model similarity. Table ``study``: model_a, model_b, layer_a, layer_b, metric, value."""
-
-    kind = "study"
-    main_table = "study"
-
-    def matrix(self, metric: str) -> pd.DataFrame:
-        """(M, M) DataFrame of ``metric`` between the studied models, in the given order."""
-        frame = self.tables["study"]
-        rows = frame[frame["metric"] == metric]
-        if rows.empty:
-            raise SimkitError(f"metric {metric!r} is not in this study; it has: "
-                              + ", ".join(sorted(frame["metric"].unique())))
-        order = list(self.summary["models"])
-        return rows.pivot(index="model_a", columns="model_b", values="value").reindex(index=order, columns=order)
 
 
 def pairing_layers(manifests: Sequence[dict[str, Any]], pairing: str) -> list[str]:

@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 from test_report import EVIL, make_compare, make_study
 
+from simkit.report import render_report
+
 pytestmark = pytest.mark.browser
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -229,7 +231,7 @@ def test_compare_report_renders_in_chromium(browser, tmp_path):
     names_a[0] = EVIL
     names_b = [f"blocks.{j}.mlp.fc2" for j in range(30)]
     result = make_compare(names_a=names_a, names_b=names_b, null=True, nan_cell=(3, 4))
-    path = result.report(tmp_path / "report.html")
+    path = render_report(result, tmp_path / "report.html")
     png = check_report(browser, path, heatmaps=2, cells=600)
     assert browser.evaluate(HEATMAPS_JS)[0]["rowLabel"] == EVIL  # shown as text, never run
     (tmp_path / "report.png").write_bytes(png)
@@ -238,7 +240,7 @@ def test_compare_report_renders_in_chromium(browser, tmp_path):
 
 
 def test_study_report_renders_in_chromium(browser, tmp_path):
-    path = make_study(null=True).report(tmp_path / "report.html")
+    path = render_report(make_study(null=True), tmp_path / "report.html")
     png = check_report(browser, path, heatmaps=2, cells=9)
     if os.environ.get("SIMKIT_SCREENSHOT_DIR"):
         (Path(os.environ["SIMKIT_SCREENSHOT_DIR"]) / "study.png").write_bytes(png)

@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from simkit.cli.main import app
+from simkit.report import render_report
 
 GUIDE = "simkit:cnn2d:channels=4,layers=2"
 TINY = ["--data", "digits", "--n", "300", "--rank", "8", "--steps-per-stage", "3", "--finetune-epochs", "1",
@@ -76,11 +77,11 @@ def test_report_rerenders_from_the_run_directory(run_dir, tmp_path):
 
     loaded = load(run_dir)
     assert type(loaded).__name__ == "ConvertResult"
-    html = loaded.report(tmp_path / "again.html").read_text()
+    html = render_report(loaded, tmp_path / "again.html").read_text()
     assert "CKA vs guide after each stage" in html and "<script" not in html
     loaded.extra["plan"] = "<script>alert(1)</script>"  # user text (a plan file's description) is escaped
     loaded.tables["stages"].loc[0, "layer"] = "<b>x</b>"
-    html = loaded.report(tmp_path / "escaped.html").read_text()
+    html = render_report(loaded, tmp_path / "escaped.html").read_text()
     assert "<script>alert" not in html and "&lt;script&gt;alert(1)" in html and "<b>x</b>" not in html
 
 

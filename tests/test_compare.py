@@ -9,6 +9,7 @@ from torch import nn
 
 from simkit import SimkitError
 from simkit.comparison import compare
+from simkit.report import save_run
 
 
 def reference_linear_cka(x: np.ndarray, y: np.ndarray) -> float:
@@ -202,7 +203,7 @@ def test_save_and_load_round_trip(tmp_path, data):
 
     a, b = tiny_models()
     result = compare(a, b, data, layers_a=["1", "3"], layers_b=["1"], progress=False)
-    result.save(tmp_path / "run")
+    save_run(result, tmp_path / "run")
     back = simkit.load(tmp_path / "run")
     assert back.kind == "compare"
     np.testing.assert_allclose(back.matrix("linear_cka").to_numpy(), result.matrix("linear_cka").to_numpy(),
@@ -242,7 +243,7 @@ def test_layer_names_that_look_like_numbers_survive_save_and_load(tmp_path):
     x = torch.randn(16, 4, dtype=torch.float64)
     result = compare(model, model, x, layers_a="0.1,0.10", layers_b="0.1,0.10", metrics=["linear_cka"],
                      progress=False)
-    result.save(tmp_path / "run", report=False)
+    save_run(result, tmp_path / "run")
     back = simkit.load(tmp_path / "run")
     assert list(back.tables["layers"]["name"]) == ["0.1", "0.10", "0.1", "0.10"]
     pd_matrix = back.matrix("linear_cka")
@@ -269,7 +270,7 @@ def test_layer_names_that_look_missing_survive_save_and_load(tmp_path):
     model = Net().double()
     result = compare(model, model, torch.randn(16, 4, dtype=torch.float64), layers_a="NA,nan,None",
                      layers_b="NA,nan,None", metrics=["linear_cka"], progress=False)
-    result.save(tmp_path / "run", report=False)
+    save_run(result, tmp_path / "run")
     back = simkit.load(tmp_path / "run")
     assert list(back.tables["layers"]["name"]) == ["NA", "nan", "None"] * 2
     assert list(back.matrix("linear_cka").index) == ["NA", "nan", "None"]

@@ -13,8 +13,8 @@ from torch import nn
 
 from simkit.data import Dataset
 from simkit.errors import SimkitError
-from simkit.linearize.fold import fold_linear_stretches
-from simkit.linearize.prelu import (
+from simkit.linearization.fold import fold_linear_stretches
+from simkit.linearization.prelu import (
     FreezeRule,
     SlopeReLU,
     explicit_relus,
@@ -22,7 +22,7 @@ from simkit.linearize.prelu import (
     slope_penalty,
     swap_relus,
 )
-from simkit.linearize.runner import post_train, run_linearization
+from simkit.linearization.runner import post_train, run_linearization
 
 
 def bits(t: torch.Tensor) -> np.ndarray:
@@ -304,7 +304,7 @@ def test_runner_tables_and_resume(tmp_path):
 def test_matched_napl_interpolates_channel_accuracy():
     import pandas as pd
 
-    from simkit.linearize.runner import matched_napl
+    from simkit.linearization.runner import matched_napl
 
     runs = pd.DataFrame({"granularity": ["channel", "channel", "layer", "layer"], "omega": [1, 2, 1, 2],
                          "napl": [1.0, 3.0, 2.5, 0.5], "accuracy": [0.6, 0.9, 0.7, 0.4]})
@@ -318,14 +318,14 @@ def test_matched_napl_interpolates_channel_accuracy():
 
 @given(st.floats(0, 1e300, allow_nan=False), st.floats(0, 1e300, allow_nan=False))
 def test_omega_text_names_exactly_one_float(a, b):
-    from simkit.linearize.runner import omega_text
+    from simkit.linearization.runner import omega_text
 
     assert float(omega_text(a)) == a and "+" not in omega_text(a)
     assert (omega_text(a) == omega_text(b)) == (a == b)
 
 
 def test_omegas_equal_to_six_digits_get_their_own_runs_and_checkpoints(tmp_path):
-    from simkit.linearize.runner import omega_text, run_label
+    from simkit.linearization.runner import omega_text, run_label
 
     assert [omega_text(w) for w in (1e-3, 1.0, 1e-20, 1.0000001e-4, -0.0)] == [
         "0.001", "1", "1e-20", "0.00010000001", "0"]

@@ -279,8 +279,8 @@ def _fake_transformers(monkeypatch, seen):
 
 
 def test_hf_wrapper_text_data_and_last_token(tmp_path, monkeypatch):
-    from simkit.capture import capture
     from simkit.data import load_data
+    from simkit.layers import record_layers
 
     seen: list = []
     _fake_transformers(monkeypatch, seen)
@@ -291,7 +291,7 @@ def test_hf_wrapper_text_data_and_last_token(tmp_path, monkeypatch):
     assert len(data) == 2 and data.inputs["input_ids"].shape == (2, 4)
     assert data.inputs["attention_mask"].tolist() == [[1, 1, 1, 0], [1, 1, 1, 1]]
     batch = next(data.batches(2))
-    with capture(model, "model.layers.1", reduce="last") as cap:
+    with record_layers(model, "model.layers.1", reduce="last") as cap:
         hidden = model(**batch)
         act = cap.pop()["model.layers.1"]
     assert torch.equal(act[0], hidden[0, 2]) and torch.equal(act[1], hidden[1, 3])  # last real token

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 from simkit.errors import SimkitError
-from simkit.linearize.napl import path_lengths
-from simkit.linearize.prelu import SlopeReLU
+from simkit.linearization.napl import path_lengths
+from simkit.linearization.prelu import SlopeReLU
 
 
 def slope(channels: int, linear: int) -> SlopeReLU:

@@ -281,7 +281,7 @@ def test_compare_report_large_model_pair_renders_all_labels():
 
 def test_report_from_saved_files_matches_the_live_result(tmp_path):
     result = make_compare(3, 4, null=True, nan_cell=(0, 0))
-    result.save(tmp_path / "run", report=False)
+    result.save(tmp_path / "run")
     assert render_html(simkit.load(tmp_path / "run")) == render_html(result)
 
 
@@ -323,7 +323,7 @@ def test_study_report_has_a_model_by_model_heatmap_per_metric():
 
 def test_cli_report_rerenders_a_saved_run(tmp_path):
     run = tmp_path / "run"
-    make_compare(3, 4, null=True).save(run, report=False)
+    make_compare(3, 4, null=True).save(run)
     assert not (run / "report.html").exists()
     outcome = CliRunner().invoke(app, ["report", str(run)])
     assert outcome.exit_code == 0, outcome.output
@@ -341,7 +341,7 @@ def test_cli_report_bad_directory_is_exit_2_one_line(tmp_path):
 
 def test_cli_report_missing_table_is_exit_2(tmp_path):
     run = tmp_path / "run"
-    make_compare(2, 2).save(run, report=False)
+    make_compare(2, 2).save(run)
     (run / "layers.csv").unlink()
     outcome = CliRunner().invoke(app, ["report", str(run)])
     assert outcome.exit_code == 2
@@ -356,7 +356,7 @@ def test_load_of_a_bad_directory_raises_simkit_error(tmp_path):
 
 def test_load_of_an_incomplete_directory_raises_simkit_error(tmp_path):
     run = tmp_path / "run"
-    make_compare(2, 2).save(run, report=False)
+    make_compare(2, 2).save(run)
     (run / "similarity.csv").unlink()
     with pytest.raises(simkit.SimkitError, match="is incomplete: similarity.csv is missing"):
         simkit.load(run)
@@ -366,5 +366,5 @@ def test_save_into_a_file_is_a_clear_error(tmp_path):
     target = tmp_path / "file.txt"
     target.write_text("x")
     with pytest.raises(simkit.SimkitError, match="is an existing file, not a directory"):
-        make_compare(2, 2).save(target, report=False)
+        make_compare(2, 2).save(target)
     assert target.read_text() == "x"

@@ -1,25 +1,38 @@
 """Result -> one self-contained HTML file (figures inline, no network).
 
-Reports render data; they never compute. Each result kind has a module ``simkit.report.<kind>`` with
-``context(result) -> dict`` and a template ``<kind>.html.j2`` in ``reports/templates`` (installed as
-``simkit/templates``) that extends ``base.html.j2``. Jinja autoescaping is on: everything displayed
+Reports render data; they never compute. :data:`REPORT_KINDS` is the one table of what renders each
+result kind: its context builder ``context(result) -> dict`` (``simkit.report.<kind>``) and its
+template ``<kind>.html.j2`` in ``reports/templates`` (installed as ``simkit/templates``), which
+extends ``base.html.j2``. Jinja autoescaping is on: everything displayed
 is escaped unless a figure helper marks its own markup safe.
 """
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import jinja2
 
+from simkit.errors import SimkitError
 from simkit.io import write_text
+from simkit.report import compare, convert, graft, linearize, stitch, study
+from simkit.report.figures import format_number
+from simkit.results import RunResult
 
-if TYPE_CHECKING:
-    from simkit.results import RunResult
+# result kind → (context builder, template); every kind of simkit.results.RESULT_KINDS has a row
+# (tests/test_report.py checks that)
+REPORT_KINDS: dict[str, tuple[Callable[[Any], dict[str, Any]], str]] = {
+    "compare": (compare.context, "compare.html.j2"),
+    "study": (study.context, "study.html.j2"),
+    "convert": (convert.context, "convert.html.j2"),
+    "stitch": (stitch.context, "stitch.html.j2"),
+    "linearize": (linearize.context, "linearize.html.j2"),
+    "graft": (graft.context, "graft.html.j2"),
+}
 
 
 @lru_cache(maxsize=1)
@@ -37,25 +50,24 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def format_number(value, digits: int = 4) -> str:
-    """Numbers for tables: NaN as 'n/a', floats to ``digits`` significant digits."""
-    if value is None:
-        return "n/a"
-    if isinstance(value, float):
-        if value != value:
-            return "n/a"
-        return f"{value:.{digits}g}"
-    return str(value)
-
-
 def render_html(result: RunResult) -> str:
     """The report's HTML text for ``result``."""
-    builder = importlib.import_module(f"simkit.report.{result.kind}")
-    context = builder.context(result)
-    template = environment().get_template(f"{result.kind}.html.j2")
+    if result.kind not in REPORT_KINDS:
+        raise SimkitError(f"no report for result kind {result.kind!r}; known: {', '.join(sorted(REPORT_KINDS))}")
+    build, template_name = REPORT_KINDS[result.kind]
+    context = build(result)
+    template = environment().get_template(template_name)
     return template.render(result=result, summary=result.summary, meta=result.meta, **context)
 
 
 def render_report(result: RunResult, path: str | Path) -> Path:
     """Render ``result`` to ``path`` (written atomically) and return the path."""
     return write_text(path, render_html(result))
+
+
+def save_run(result: RunResult, out: str | Path, report: bool = True) -> Path:
+    """Write the run directory ``out``: the result's data files, then ``report.html`` unless told not to."""
+    out = result.save(out)
+    if report:
+        render_report(result, out / "report.html")
+    return out

@@ -21,6 +21,17 @@ import numpy as np
 from markupsafe import Markup, escape
 
 
+def format_number(value, digits: int = 4) -> str:
+    """Numbers for tables: NaN as 'n/a', floats to ``digits`` significant digits."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        if value != value:
+            return "n/a"
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
 def figure_to_data_uri(fig) -> str:
     """Save a matplotlib figure as an inline PNG data URI and close it."""
     import matplotlib.pyplot as plt
@@ -128,7 +139,6 @@ def html_table(frame, *, numeric: Sequence[str] = (), digits: int = 4, css_class
     """``frame`` (rows × columns) as an escaped ``<table>``; floats to ``digits`` significant digits,
     NaN as 'n/a'; cells of the ``numeric`` columns right-aligned. Built in Python, not Jinja, so a
     40,000-row table takes about a second."""
-    from simkit.report import format_number
 
     columns = [str(c) for c in frame.columns]
     right = [c in numeric for c in columns]

@@ -20,7 +20,7 @@ def _names(value: str | Sequence[str] | None) -> list[str]:
 
 def auto_candidates(model: nn.Module) -> list[str]:
     """The model's blocks (capture's ``blocks`` preset), in order, without the final one (the logits layer)."""
-    from simkit.capture import resolve_layers
+    from simkit.layers import resolve_layers
 
     names = list(resolve_layers(model, "blocks"))
     last_leaf = [name for name, m in model.named_modules() if name and not list(m.children())][-1:]

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from simkit.errors import SimkitError
 from simkit.forward import check_accepts, resolve_device
-from simkit.results import RunResult
+from simkit.results import StitchResult
 from simkit.runinfo import Timer, run_meta
 from simkit.stitching.halves import BackHalf, FrontHalf, record
 from simkit.stitching.iri import IRISet, IRISettings, fingerprint, generate_iris, tensor_digest
@@ -33,16 +33,6 @@ from simkit.stitching.stitched import StitchedModel, StitchLoss
 
 COLUMNS = ["layer_a", "layer_b", "objective", "setting", "stitched_accuracy", "b_accuracy", "penalty"]
 DEFAULT_CACHE = Path("runs/.iri-cache")
-
-
-class StitchResult(RunResult):
-    """Tables: ``stitching`` (one row per layer pair × objective × setting, COLUMNS), ``training``
-    (steps, final loss and least-squares residual per stitch), ``iris`` (IRI error statistics per layer
-    of A). Summary: a_accuracy, b_accuracy, iri_relative_error_median, mean_penalty_<objective>_<setting>.
-    Extra: ``iri_histograms`` and ``iri_examples`` per layer of A, ``pairs`` (with relative depths)."""
-
-    kind = "stitch"
-    main_table = "stitching"
 
 
 def _model(model: nn.Module | str, name: str, seed: int, trust: bool) -> tuple[nn.Module, str]:

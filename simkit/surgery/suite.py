@@ -10,18 +10,11 @@ recomputed; F3 is about interruption itself and is always redone.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-from simkit.results import RunResult
+from simkit.results import GraftResult
 from simkit.runinfo import Timer, run_meta
 from simkit.surgery.tasks import SuiteSettings
-
-
-class GraftResult(RunResult):
-    """Result of ``simkit graft`` (see the module docstring for its tables)."""
-
-    kind: ClassVar[str] = "graft"
-    main_table: ClassVar[str] = "e1"
 
 
 def run_graft_suite(settings: SuiteSettings, out: str | Path, *, resume: bool = False) -> GraftResult:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from torch import nn
 
 from simkit.errors import SimkitError, unknown_name_error
 from simkit.forward import check_accepts, resolve_device, to_device
-from simkit.results import RunResult
+from simkit.results import ConvertResult
 from simkit.runinfo import Timer, run_meta
 from simkit.theseus.finetune import distill, score, train_head, train_task
 from simkit.theseus.modules import fresh_copy, reinitialise
@@ -49,22 +48,6 @@ from simkit.training.denormals import flush_denormals
 GUIDE_INITS = ("trained", "random")
 BASELINES = ("scratch", "kd")
 CURVE_POINTS = 200  # loss-curve points kept per training phase (the full logs are in <name>.log.csv)
-
-
-@dataclass
-class ConvertResult(RunResult):
-    """A conversion run.
-
-    summary: guide/converted/scratch/kd ``_accuracy`` (``_perplexity`` for language models) of the first
-    (schedule, metric, guide_init) arm, plus schedule, metric, recipe, guide_init, probe score.
-    tables: ``runs`` (one row per schedule × metric × guide_init), ``stages`` (stage, layer,
-    alignment_metric, value, schedule, metric, guide_init, replaced: linear CKA of each replaced
-    layer vs the guide on held-out data after each stage), ``stage_summary``, ``curves`` (loss per
-    step, thinned), ``layer_cka`` (converted × guide linear CKA, first arm).
-    """
-
-    kind = "convert"
-    main_table = "runs"
 
 
 def _check_names(values: Sequence[str], valid: Sequence[str], kind: str) -> list[str]:

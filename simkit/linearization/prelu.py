@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from simkit.errors import SimkitError
-from simkit.linearize.trace import dry_run, trace
+from simkit.linearization.trace import dry_run, trace
 
 GRANULARITIES = ("channel", "layer")
 FREEZE_TOL = 0.01

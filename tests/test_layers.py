@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from simkit.capture import capture, glob_regex, layer_table, reduce_activation, resolve_layers
 from simkit.errors import SimkitError
+from simkit.layers import glob_regex, layer_table, record_layers, reduce_activation, resolve_layers
 from simkit.models import load_model
 
 
@@ -27,7 +27,7 @@ def _no_hooks(model: nn.Module) -> bool:
 def test_capture_equals_manual_forward_cnn1d():
     model = load_model("simkit:cnn1d:channels=6,layers=3,residual=true", seed=1)
     x = torch.randn(7, 1, 40)
-    with capture(model, "blocks,head") as cap:
+    with record_layers(model, "blocks,head") as cap:
         logits = model(x)
         acts = cap.pop()
     assert list(acts) == ["blocks.0", "blocks.1", "blocks.2", "head"]
@@ -56,7 +56,7 @@ def test_capture_equals_forward_hooks_resnet_with_inplace_ops(resnet):
             resnet(x)
         for handle in handles:
             handle.remove()
-        with capture(resnet, layers) as cap:
+        with record_layers(resnet, layers) as cap:
             for _ in range(2):
                 resnet(x)
                 acts = cap.pop()
@@ -72,7 +72,7 @@ def test_hooks_removed_and_modes_restored_after_exit_and_error():
     model.train()
     model.blocks[1].eval()  # a mixed state must come back exactly
     before = {n: m.training for n, m in model.named_modules()}
-    with capture(model, "blocks") as cap:
+    with record_layers(model, "blocks") as cap:
         assert not model.training and not model.blocks[0].bn.training
         assert not torch.is_grad_enabled()
         model(torch.randn(3, 1, 40))
@@ -80,7 +80,7 @@ def test_hooks_removed_and_modes_restored_after_exit_and_error():
     assert torch.is_grad_enabled() and _no_hooks(model)
     assert {n: m.training for n, m in model.named_modules()} == before
     assert not any(a.requires_grad for a in acts.values()) and all(a.grad_fn is None for a in acts.values())
-    with pytest.raises(RuntimeError, match="boom"), capture(model, "blocks"):
+    with pytest.raises(RuntimeError, match="boom"), record_layers(model, "blocks"):
         model(torch.randn(3, 1, 40))
         raise RuntimeError("boom")
     assert _no_hooks(model) and torch.is_grad_enabled()
@@ -89,7 +89,7 @@ def test_hooks_removed_and_modes_restored_after_exit_and_error():
 
 def test_grad_option_keeps_graph():
     model = load_model("simkit:mlp:hidden=8,depth=2")
-    with capture(model, "blocks.1", grad=True, eval_mode=False) as cap:
+    with record_layers(model, "blocks.1", grad=True, eval_mode=False) as cap:
         model(torch.randn(4, 40))
         act = cap.pop()["blocks.1"]
     act.sum().backward()
@@ -147,11 +147,11 @@ def test_layer_did_not_run_or_ran_twice():
             return self.act(self.act(x) - 1)
 
     model = Shared()
-    with capture(model, "act") as cap:
+    with record_layers(model, "act") as cap:
         model(torch.randn(2, 3))
         with pytest.raises(SimkitError, match=r"layer 'act' ran 2 times in one forward pass"):
             cap.pop()
-    with capture(model, "unused") as cap:
+    with record_layers(model, "unused") as cap:
         model(torch.randn(2, 3))
         with pytest.raises(SimkitError, match=r"layer 'unused' did not run in the forward pass"):
             cap.pop()
@@ -187,21 +187,21 @@ def test_tuple_and_dict_outputs_with_index():
     ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
     h = model.embed(ids).detach()
     expected = model.tuple_out.lin(h).detach()
-    with capture(model, "tuple_out", reduce="flatten") as cap:
+    with record_layers(model, "tuple_out", reduce="flatten") as cap:
         model(ids)
         assert torch.equal(cap.pop()["tuple_out"], expected.reshape(2, -1))  # default: last_hidden_state
     with pytest.raises(SimkitError, match="layer 'tuple_out' outputs tuple, not a tensor"), \
-            capture(model, "tuple_out", output_index="hidden_states"):
+            record_layers(model, "tuple_out", output_index="hidden_states"):
         model(ids)
-    with capture(model, "tuple_out", output_index="hidden_states.1") as cap:  # a dotted path
+    with record_layers(model, "tuple_out", output_index="hidden_states.1") as cap:  # a dotted path
         model(ids)
         assert torch.equal(cap.pop()["tuple_out"], 2 * expected.reshape(2, -1))
     for index in (0, "0"):  # "0" as the command line passes it
-        with capture(model, "tuple_out", output_index=index) as cap:
+        with record_layers(model, "tuple_out", output_index=index) as cap:
             model(ids)
             assert torch.equal(cap.pop()["tuple_out"], expected.reshape(2, -1))
     with pytest.raises(SimkitError, match=r"output index 'nope' does not select a tensor"), \
-            capture(model, "tuple_out", output_index="nope"):
+            record_layers(model, "tuple_out", output_index="nope"):
         model(ids)
 
 
@@ -212,7 +212,7 @@ def test_token_reductions_with_attention_mask():
     h = model.embed(ids).detach().numpy().astype(np.float64)
     results = {}
     for how in ("mean", "cls", "last"):
-        with capture(model, "embed", reduce=how) as cap:
+        with record_layers(model, "embed", reduce=how) as cap:
             model(ids, attention_mask=mask)
             results[how] = cap.pop()["embed"].double().numpy()
             assert cap.reductions["embed"] == how
@@ -220,7 +220,7 @@ def test_token_reductions_with_attention_mask():
     np.testing.assert_allclose(results["mean"], (h * m).sum(1) / m.sum(1), rtol=1e-6)
     np.testing.assert_allclose(results["cls"], h[:, 0], rtol=1e-6)
     np.testing.assert_allclose(results["last"], h[[0, 1], [2, 1]], rtol=1e-6)
-    with capture(model, "embed", reduce="last") as cap:  # no mask: the last position
+    with record_layers(model, "embed", reduce="last") as cap:  # no mask: the last position
         model(ids)
         np.testing.assert_allclose(cap.pop()["embed"].numpy(), h[:, -1], rtol=1e-6)
 
@@ -228,17 +228,17 @@ def test_token_reductions_with_attention_mask():
 def test_conv_reductions():
     model = load_model("simkit:cnn2d:channels=3,layers=1")
     x = torch.randn(5, 1, 8, 8)
-    with capture(model, "blocks.0,head", reduce="mean") as cap:
+    with record_layers(model, "blocks.0,head", reduce="mean") as cap:
         model(x)
         acts = cap.pop()
     manual = model.blocks[0](x).detach().double().numpy()
     np.testing.assert_allclose(acts["blocks.0"].numpy(), manual.mean(axis=(2, 3)), rtol=1e-5, atol=1e-7)
     assert cap.reductions == {"blocks.0": "mean", "head": "flatten"}  # a (b, d) output stays as it is
     with pytest.raises(SimkitError, match=r"reduction 'cls' needs a token sequence \(b, L, d\)"), \
-            capture(model, "blocks.0", reduce="cls"):
+            record_layers(model, "blocks.0", reduce="cls"):
         model(x)
     with pytest.raises(SimkitError, match="unknown reduction 'max'; choose one of auto, flatten, mean, cls, last"):
-        capture(model, "blocks.0", reduce="max")
+        record_layers(model, "blocks.0", reduce="max")
 
 
 @settings(max_examples=25, deadline=None)
@@ -268,7 +268,7 @@ def test_llama_blocks_tokens_and_manual_forward():
     model = load_model("simkit:llama:d=16,heads=2,blocks=2,max_len=8", seed=0)
     assert resolve_layers(model, "blocks") == ["blocks.0", "blocks.1"]
     ids = torch.randint(0, 50, (3, 6), generator=torch.Generator().manual_seed(0))
-    with capture(model, "blocks", reduce="last") as cap:
+    with record_layers(model, "blocks", reduce="last") as cap:
         model(ids)
         acts = cap.pop()
     assert cap.layout == "tokens" and cap.shapes["blocks.1"] == (3, 6, 16)
@@ -295,18 +295,18 @@ def test_per_layer_reductions_and_late_inplace_change_is_an_error():
 
     model = Sometimes()
     negative, positive = -torch.ones(2, 1, 3), torch.ones(2, 1, 3)
-    with capture(model, "a", reduce={"a": "mean"}) as cap:
+    with record_layers(model, "a", reduce={"a": "mean"}) as cap:
         model(positive)
         assert torch.equal(cap.pop()["a"], expected_mean := model.a.forward(positive).mean(2).detach())
         assert cap.reductions == {"a": "mean"} and expected_mean.shape == (2, 2)  # a new tensor: safe
-    with capture(model, "a") as cap:
+    with record_layers(model, "a") as cap:
         model(negative)
         cap.pop()  # first forward: no change in place, so later batches keep views
         model(positive)
         with pytest.raises(SimkitError, match="changed this output in place after it was captured"):
             cap.pop()
     expected = model.a(positive).detach().reshape(2, -1)
-    with capture(model, "a") as cap:
+    with record_layers(model, "a") as cap:
         model(positive)  # changed on the first forward: every batch is cloned from now on
         assert torch.equal(cap.pop()["a"], expected) and cap.mutated == {"a"}
         model(positive)

@@ -265,14 +265,14 @@ def _recorded(how: str, t: Tensor) -> str:
     return "flatten" if how == "auto" or t.dim() <= 2 else how
 
 
-# -------------------------------------------------------------------------------------------- capture
+# -------------------------------------------------------------------------------------------- record_layers
 
-class capture:  # noqa: N801  (used as a context manager: `with capture(model, layers) as cap`)
+class record_layers:  # noqa: N801  (used as a context manager: `with record_layers(model, layers) as rec`)
     """Forward hooks on the chosen layers; ``pop()`` returns one (b, d) tensor per layer.
 
     ::
 
-        with capture(model, "blocks", reduce="mean") as cap:
+        with record_layers(model, "blocks", reduce="mean") as cap:
             model(x)                     # x: (b, ...)
             acts = cap.pop()             # {name: Tensor (b, d)} in selection order
 
@@ -319,7 +319,7 @@ class capture:  # noqa: N801  (used as a context manager: `with capture(model, l
                                   "hooked; load the model as a state dict with file:PATH,arch=SPEC")
 
     # -- context management
-    def __enter__(self) -> capture:
+    def __enter__(self) -> record_layers:
         modules = dict(self.model.named_modules())
         self._modes = {m: m.training for m in self.model.modules()}
         try:

@@ -21,7 +21,7 @@ class LeafTracer(fx.Tracer):
     """fx tracer that also treats simkit's slope activations as leaves (one node per call)."""
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        from simkit.linearize.prelu import SlopeReLU
+        from simkit.linearization.prelu import SlopeReLU
 
         return isinstance(m, SlopeReLU) or super().is_leaf_module(m, module_qualified_name)
 

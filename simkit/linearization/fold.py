@@ -26,8 +26,8 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from simkit.linearize.prelu import SlopeReLU
-from simkit.linearize.trace import trace
+from simkit.linearization.prelu import SlopeReLU
+from simkit.linearization.trace import trace
 
 CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)

@@ -2,10 +2,10 @@
 
 For every granularity (channel, layer) and every ω, a fresh copy of the trained network gets its
 ReLUs swapped for SlopeReLUs (α = 0, same outputs bit for bit) and is post-trained with
-cross-entropy + ω·Σ(|1 − α| + ε)^0.5 under the freeze rule (see ``simkit.linearize.prelu``). Each
+cross-entropy + ω·Σ(|1 − α| + ε)^0.5 under the freeze rule (see ``simkit.linearization.prelu``). Each
 run is a named stage of the shared training loop (``linearize_<granularity>_w<ω>``, ω written exactly:
 see :func:`omega_text`), so ``resume`` skips finished runs and continues an interrupted one. Then:
-test accuracy, NAPL and the path-length distribution (``simkit.linearize.napl``), the fraction still
+test accuracy, NAPL and the path-length distribution (``simkit.linearization.napl``), the fraction still
 nonlinear per layer, optionally the folded network's depth and size, and linear CKA of every
 activation site against the original's.
 """
@@ -17,7 +17,6 @@ import functools
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +27,8 @@ from torch import Tensor, nn
 
 from simkit.errors import SimkitError
 from simkit.forward import resolve_device
-from simkit.linearize.napl import path_lengths
-from simkit.linearize.prelu import (
+from simkit.linearization.napl import path_lengths
+from simkit.linearization.prelu import (
     FREEZE_TOL,
     GRANULARITIES,
     FreezeRule,
@@ -39,26 +38,11 @@ from simkit.linearize.prelu import (
     slope_penalty,
     swap_relus,
 )
-from simkit.results import RunResult
+from simkit.results import LinearizeResult
 from simkit.runinfo import run_meta
 
 RUN_COLUMNS = ["granularity", "omega", "napl", "nonlinear_fraction", "accuracy", "apl", "active_layers",
                "frozen_fraction", "mean_alpha", "bit_exact_at_start", "final_loss", "steps", "time_s"]
-
-
-@dataclass
-class LinearizeResult(RunResult):
-    """An ω × granularity linearization sweep.
-
-    tables: ``runs`` (one row per run: granularity, omega, napl, nonlinear_fraction, accuracy, ...),
-    ``layers`` (run, granularity, omega, layer, channels, slopes, nonlinear_fraction), ``distributions``
-    (run, length, probability, apl_probability; run "original" included), ``cka`` (run, layer_a,
-    layer_b, linear_cka: linearized site b against original site a), ``history`` (run, step, loss).
-    summary: original_accuracy, original_napl, runs (the runs table as records), and more.
-    """
-
-    kind = "linearize"
-    main_table = "runs"
 
 
 def omega_text(omega: float) -> str:
@@ -309,7 +293,7 @@ def _dist_rows(label: str, paths) -> list[dict]:
 
 
 def _fold_row(model: nn.Module, x_test: Tensor, y_test: Tensor) -> dict:
-    from simkit.linearize.fold import fold_linear_stretches
+    from simkit.linearization.fold import fold_linear_stretches
     from simkit.training import evaluate_accuracy
 
     folded = fold_linear_stretches(model)

@@ -39,8 +39,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from simkit.errors import SimkitError
-from simkit.linearize.prelu import RELU_FUNCTIONS, RELU_METHODS, SlopeReLU
-from simkit.linearize.trace import dry_run, trace
+from simkit.linearization.prelu import RELU_FUNCTIONS, RELU_METHODS, SlopeReLU
+from simkit.linearization.trace import dry_run, trace
 
 ACTIVATION_MODULES = (nn.ReLU, nn.ReLU6, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.ELU, nn.SELU,
                       nn.CELU, nn.Softplus, nn.Mish, nn.Hardswish, nn.Hardsigmoid, nn.Hardtanh,

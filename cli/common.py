@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from simkit.cli.inputs import discard_unused_runs, forget_runs
 from simkit.errors import SimkitError
+from simkit.rundir import discard_unused_runs, forget_runs
 
 app = typer.Typer(
     name="simkit",
@@ -22,13 +23,58 @@ app = typer.Typer(
 )
 
 
-def command(*args: Any, **kwargs: Any):
+# library argument names that every command spells alike: → the option parameter that takes them
+LIBRARY_ALIASES = {"run_dir": "out"}
+_ARGUMENT = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
+
+
+def cli_message(message: str, flags: dict[str, str]) -> str:
+    """A library message for the command line: every backticked library argument that ``flags`` knows
+    (argument name → flag, e.g. ``batch_size`` → ``--batch-size``) becomes that flag; other
+    backticked text (a command, a field name) stays as written."""
+    return _ARGUMENT.sub(lambda m: flags.get(m.group(1), m.group(0)), message)
+
+
+def command_flags(func: Any, arg_flags: dict[str, str] | None = None) -> dict[str, str]:
+    """Library argument name → this command's flag: every option of the typer command ``func`` by its
+    parameter name (``batch_size`` → ``--batch-size``; an argument by its metavar, ``MODEL_A``), plus
+    ``arg_flags`` (and ``LIBRARY_ALIASES``) for library names that differ from the command's
+    (``schedules`` → ``schedule``, or a flag such as ``--schedule``)."""
+    import inspect
+    from typing import get_args, get_origin, get_type_hints
+
+    from typer.models import ArgumentInfo, OptionInfo
+
+    flags: dict[str, str] = {}
+    hints = get_type_hints(func, include_extras=True)
+    for name, param in inspect.signature(func).parameters.items():
+        hint = hints.get(name)
+        infos = [a for a in get_args(hint) if isinstance(a, OptionInfo | ArgumentInfo)] \
+            if get_origin(hint) is Annotated else []
+        info = infos[0] if infos else param.default
+        if isinstance(info, ArgumentInfo):
+            flags[name] = info.metavar or name.upper()
+        else:
+            decls = [d.split("/")[0] for d in getattr(info, "param_decls", None) or () if d.startswith("--")]
+            own = "--" + name.replace("_", "-")
+            flags[name] = own if own in decls or not decls else decls[0]
+    for name, flag in {**LIBRARY_ALIASES, **(arg_flags or {})}.items():
+        if name not in flags and (flag.startswith("-") or flag in flags):
+            flags[name] = flags.get(flag, flag)
+    return flags
+
+
+def command(*args: Any, arg_flags: dict[str, str] | None = None, **kwargs: Any):
     """``@app.command`` that checks ``--device`` first, joins torchrun's process group when launched by
-    it, and turns a SimkitError into one line on stderr and exit code 2. A run directory that this invocation created
-    and that holds nothing but inputs.json when it fails on bad input (or is interrupted) is removed
-    again (``simkit.cli.inputs.discard_unused_runs``)."""
+    it, and turns a SimkitError into one line on stderr and exit code 2, its library argument names
+    mapped to this command's flags (``cli_message``; ``arg_flags``: library argument → flag or option
+    parameter name, where they differ). A run directory that this invocation created and that holds
+    nothing but inputs.json when it fails on bad input (or is interrupted) is removed again
+    (``simkit.rundir.discard_unused_runs``)."""
 
     def decorate(func):
+        flags = command_flags(func, arg_flags)
+
         @functools.wraps(func)
         def wrapper(*a: Any, **kw: Any):
             try:
@@ -42,7 +88,7 @@ def command(*args: Any, **kwargs: Any):
                 return func(*a, **kw)
             except SimkitError as exc:
                 discard_unused_runs()
-                typer.echo(f"error: {exc}", err=True)
+                typer.echo(f"error: {cli_message(str(exc), flags)}", err=True)
                 raise typer.Exit(2) from None
             except KeyboardInterrupt:
                 discard_unused_runs()

@@ -3,6 +3,10 @@
 Anything a user can fix (an unknown layer, a bad spec, mismatched sample counts) raises
 :class:`SimkitError` with a one-line message naming the problem and the fix. The CLI prints it on
 stderr and exits with code 2; any other exception is an internal error (exit code 1).
+
+Messages name the *library's* arguments, in backticks: "`batch_size` must be a positive integer,
+got -1". The CLI turns each backticked argument name into its own flag (``--batch-size``) in one
+place (``simkit.cli.common.cli_message``), so the library never speaks of flags.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
-"""Calling a model on a batch, and turning a forward pass that rejects the data into a clear error."""
+"""Calling a model on a batch, its train/eval mode around the call, and turning a forward pass that
+rejects the data into a clear error."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -15,6 +18,32 @@ Batch = torch.Tensor | dict[str, torch.Tensor]
 def run_model(model: nn.Module, batch: Batch) -> Any:
     """Call ``model`` on one batch: a dict becomes keyword arguments."""
     return model(**batch) if isinstance(batch, dict) else model(batch)
+
+
+@contextmanager
+def modes_kept(*models: nn.Module) -> Iterator[None]:
+    """Restore every submodule's own ``training`` flag on exit (``module.train(flag)`` would recurse
+    into children that had another mode, e.g. a frozen back half shared by several stitches)."""
+    saved = [(module, module.training) for model in models for module in model.modules()]
+    try:
+        yield
+    finally:
+        for module, flag in saved:
+            module.training = flag
+
+
+@contextmanager
+def eval_mode(*models: nn.Module) -> Iterator[None]:
+    """``model.eval()`` inside the block; each submodule's own mode restored after it (see ``modes_kept``)."""
+    with modes_kept(*models):
+        for model in models:
+            model.eval()
+        yield
+
+
+def float_dtype(model: nn.Module) -> torch.dtype | None:
+    """The dtype of the model's first floating-point parameter (None when it has none)."""
+    return next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
 
 
 def describe_batch(batch: Batch) -> str:

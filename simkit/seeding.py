@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import zlib
 
 import numpy as np
 import torch
@@ -14,3 +15,20 @@ def seed_everything(seed: int) -> torch.Generator:
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
     return torch.Generator().manual_seed(seed)
+
+
+def derive_seed(seed: int, *keys: int | str) -> int:
+    """The one recipe for sub-seeds: a 63-bit seed from ``seed`` and labels (ints or strings).
+
+    ``derive_seed(seed, "scratch")``, ``derive_seed(seed, "perm", batch)``: independent streams for
+    every label, the same number on every run and platform (numpy's SeedSequence; strings by CRC-32).
+    """
+    words = [int(seed) & 0xFFFFFFFFFFFFFFFF]
+    words += [zlib.crc32(k.encode()) if isinstance(k, str) else int(k) & 0xFFFFFFFFFFFFFFFF for k in keys]
+    hi, lo = np.random.SeedSequence(words).generate_state(2, dtype=np.uint32)
+    return ((int(hi) << 32) | int(lo)) & (2**63 - 1)
+
+
+def generator(seed: int, *keys: int | str) -> torch.Generator:
+    """A CPU torch.Generator seeded with ``derive_seed(seed, *keys)`` (``seed`` itself without keys)."""
+    return torch.Generator().manual_seed(derive_seed(seed, *keys) if keys else int(seed))

@@ -1,0 +1,249 @@
+"""The run directory of a resumable run, tied to the inputs that made it (``<path>/inputs.json``).
+
+``RunDir(path, command, inputs, files=..., resume=...)`` only *checks*: that ``path`` can be a run
+directory, that a resume has the same inputs as the run it continues, that a fresh run would not
+discard checkpoints of unknown origin. It touches nothing, so a run that fails its own checks
+afterwards leaves an earlier run in ``path`` byte-identical. ``start()`` is the first write: a fresh
+run then removes the earlier run's ``checkpoints/`` (they must never be resumed into the new run) and
+writes ``inputs.json`` (rank 0, atomically); a resume writes nothing. Runners call ``start()`` once
+their own inputs are validated, right before the first work.
+
+``inputs``: JSON-able values by name (settings fields, spec strings, seeds). ``files``: name →
+local files or directories whose contents the run reads, recorded by sha256 (a directory file by
+file). Python callers that pass modules and tensors record them with :func:`fingerprint`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from simkit.errors import SimkitError
+
+INPUTS_FILE = "inputs.json"
+CHECKPOINTS_DIR = "checkpoints"
+_ABSENT = object()
+# (inputs.json path, the directories its writing created, deepest first) for each fresh run started
+# in this process that created its directory: removed again by ``discard_unused_runs``
+_created: list[tuple[Path, list[Path]]] = []
+
+
+class RunDir:
+    """A checked run directory; ``start()`` makes it this run's (see the module docstring).
+
+    path: the directory; command: the command or runner that owns it (``"convert"``); resume: continue
+    the run recorded there. ``checkpoints`` is where the training loop writes.
+    """
+
+    def __init__(self, path: str | Path, command: str, inputs: Mapping[str, Any] | None = None, *,
+                 files: Mapping[str, Sequence[Path]] | None = None, resume: bool = False):
+        self.path, self.command, self.resume = Path(path), command, bool(resume)
+        self.record = _inputs_record(command, dict(inputs or {}), dict(files or {}))
+        self.started = False
+        self._check()
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / CHECKPOINTS_DIR
+
+    def _check(self) -> None:
+        out, path = self.path, self.path / INPUTS_FILE
+        if out.exists() and not out.is_dir():
+            raise SimkitError(f"`run_dir` {out} is an existing file, not a directory; choose another `run_dir`")
+        blocked = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+        if blocked is not None:
+            raise SimkitError(f"`run_dir` {out} lies under {blocked}, which is a file; choose another `run_dir`")
+        if not self.resume:
+            if self.checkpoints.exists() and _recorded_command(out) != self.command:
+                raise SimkitError(
+                    f"`run_dir` {out} holds {CHECKPOINTS_DIR}/ but no {INPUTS_FILE} or result.json of "
+                    f"`simkit {self.command}`, so they may belong to another run; choose another `run_dir`, or delete "
+                    f"{self.checkpoints} to start over there")
+            return
+        if not out.is_dir():
+            raise SimkitError(f"`resume`: {out} does not exist; run without `resume` first")
+        if not path.is_file():
+            raise SimkitError(f"`resume`: {out} has no {INPUTS_FILE}, so it was not made by `simkit {self.command}` "
+                              "(or was made by an older simkit); start over without `resume`")
+        try:
+            old = json.loads(path.read_text(encoding="utf-8"))
+            differences = _input_differences(old, self.record)
+        except (OSError, ValueError, AttributeError, TypeError):
+            raise SimkitError(f"`resume`: cannot read {path}; start over without `resume`") from None
+        if differences:
+            raise SimkitError(f"`resume`: {out} was made with other inputs ({'; '.join(differences)}); resume "
+                              "with the same inputs or start over in a new `run_dir`")
+
+    def start(self) -> RunDir:
+        """Make the directory this run's (once; later calls do nothing). Fresh: remove the earlier run's
+        ``checkpoints/``, write ``inputs.json`` (rank 0 only). Resume: nothing to write."""
+        if self.started or self.resume:
+            self.started = True
+            return self
+        from simkit.distributed import is_main_process
+        from simkit.io import write_json
+
+        self.started = True
+        if not is_main_process():
+            return self
+        made = [p for p in (self.path, *self.path.parents) if not p.exists()]  # deepest first
+        if self.checkpoints.is_dir():
+            try:
+                shutil.rmtree(self.checkpoints)
+            except OSError as exc:
+                raise SimkitError(f"cannot remove {self.checkpoints} of the earlier run ({exc.strerror}); "
+                                  "delete it or choose another `run_dir`") from None
+        try:
+            write_json(self.path / INPUTS_FILE, self.record)
+        except OSError as exc:
+            raise SimkitError(f"cannot write {self.path / INPUTS_FILE} ({exc.strerror}); choose another "
+                              "`run_dir`") from None
+        if made:
+            _created.append((self.path / INPUTS_FILE, made))
+        return self
+
+
+def open_run_dir(run_dir: RunDir | str | Path | None, command: str, inputs: Mapping[str, Any], *,
+                 resume: bool = False) -> RunDir | None:
+    """What a runner was given as ``run_dir``: a RunDir as it is (the CLI made it, with file digests),
+    a path checked against ``inputs`` (a Python caller's settings and :func:`fingerprint` values), or
+    None (no checkpoints, and then ``resume`` is an error)."""
+    if isinstance(run_dir, RunDir):
+        return run_dir
+    if run_dir is None:
+        if resume:
+            raise SimkitError("`resume` needs `run_dir`: the directory of the run to continue")
+        return None
+    return RunDir(run_dir, command, inputs, resume=resume)
+
+
+def fingerprint(value: Any) -> str:
+    """sha256 of what a module, tensor, dataset or JSON-able value holds, for ``inputs``: a module's
+    class and state (names, dtypes, shapes, bytes), a tensor's dtype, shape and bytes, an object with
+    ``inputs``/``labels`` (a ``simkit.data.Dataset``) by those, mappings and sequences item by item."""
+    digest = hashlib.sha256()
+    _feed(digest, value)
+    return digest.hexdigest()
+
+
+def _feed(digest: Any, value: Any) -> None:
+    if isinstance(value, nn.Module):
+        digest.update(f"module {type(value).__qualname__}\0".encode())
+        _feed(digest, value.state_dict())
+    elif isinstance(value, torch.Tensor):
+        t = value.detach().cpu().contiguous()
+        digest.update(f"tensor {t.dtype} {tuple(t.shape)}\0".encode())
+        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    elif isinstance(value, Mapping):
+        for key in value:
+            digest.update(f"key {key}\0".encode())
+            _feed(digest, value[key])
+    elif isinstance(value, list | tuple):
+        digest.update(f"seq {len(value)}\0".encode())
+        for item in value:
+            _feed(digest, item)
+    elif hasattr(value, "inputs") and hasattr(value, "labels"):
+        _feed(digest, {"inputs": value.inputs, "labels": value.labels})
+    else:
+        digest.update(json.dumps(_plain(value), sort_keys=True).encode() + b"\0")
+
+
+def discard_unused_runs() -> None:
+    """Remove the run directories that fresh runs of this process created and left holding nothing
+    but inputs.json (a run that failed on bad input, or was interrupted before its first checkpoint),
+    with the parent directories created for them. Anything else in them keeps them where they are."""
+    while _created:
+        path, made = _created.pop()
+        try:
+            if [p.name for p in path.parent.iterdir()] != [INPUTS_FILE] or not path.is_file():
+                continue
+            path.unlink()
+            for folder in made:  # deepest first; rmdir never removes a directory that holds anything
+                folder.rmdir()
+        except OSError:
+            continue
+
+
+def forget_runs() -> None:
+    """End of an invocation: the directories it created are no longer candidates for removal."""
+    _created.clear()
+
+
+def _recorded_command(out: Path) -> str | None:
+    """The command that made run directory ``out`` according to its inputs.json ("command") and
+    result.json ("kind"); None when neither is readable or they disagree."""
+    names = set()
+    for file, key in ((INPUTS_FILE, "command"), ("result.json", "kind")):
+        if (out / file).exists():
+            try:
+                names.add(json.loads((out / file).read_text(encoding="utf-8")).get(key))
+            except (OSError, ValueError, AttributeError):
+                return None
+    return names.pop() if len(names) == 1 else None
+
+
+def _plain(value: Any) -> Any:
+    """Exactly what reading inputs.json back gives, so that == compares."""
+    from enum import Enum
+
+    from simkit.io import to_jsonable
+
+    value = value.value if isinstance(value, Enum) else value
+    return json.loads(json.dumps(to_jsonable(value), allow_nan=False))
+
+
+def _inputs_record(command: str, inputs: dict[str, Any], files: dict[str, Sequence[Path]]) -> dict[str, Any]:
+    """{"command", "options": {name: JSON value}, "files": {name: {path: sha256 or None}}}."""
+    digests = {name: {str(p): sha256(Path(p)) for p in paths} for name, paths in files.items() if paths}
+    return {"command": command, "options": {name: _plain(v) for name, v in inputs.items()}, "files": digests}
+
+
+def sha256(path: Path) -> str | None:
+    """Hex sha256 of a file's bytes; of a directory's (relative path, file digest) list, hidden names and
+    __pycache__ left out; None when nothing is there."""
+    if path.is_file():
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        return digest.hexdigest()
+    if not path.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for item in sorted(path.rglob("*")):
+        rel = item.relative_to(path)
+        if item.is_file() and not any(p.startswith(".") or p == "__pycache__" for p in rel.parts):
+            digest.update(f"{rel.as_posix()}\0{sha256(item)}\n".encode())
+    return digest.hexdigest()
+
+
+def _input_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """'key: old → new' for every differing option, and for every changed file of an unchanged option."""
+    def show(value: Any) -> str:
+        return "(absent)" if value is _ABSENT else json.dumps(value, ensure_ascii=False)
+
+    def short(digest: Any) -> str:
+        return f"sha256 {digest[:12]}" if isinstance(digest, str) else "(missing)"
+
+    out = []
+    if old.get("command") != new["command"]:
+        out.append(f"command: {show(old.get('command', _ABSENT))} → {show(new['command'])}")
+    old_options, new_options = old.get("options", {}), new["options"]
+    old_files, new_files = old.get("files", {}), new["files"]
+    for name in [*new_options, *(k for k in old_options if k not in new_options)]:
+        before, after = old_options.get(name, _ABSENT), new_options.get(name, _ABSENT)
+        if before != after:
+            out.append(f"{name}: {show(before)} → {show(after)}")
+            continue
+        was, now = old_files.get(name, {}), new_files.get(name, {})
+        for file in [*now, *(f for f in was if f not in now)]:
+            if was.get(file) != now.get(file):
+                out.append(f"{name} file {json.dumps(file)}: {short(was.get(file))} → {short(now.get(file))}")
+    return out

@@ -96,7 +96,7 @@ def breakdown(n: int) -> list[str]:
     import torch
     import torchvision
 
-    from simkit.comparison import Tap
+    from simkit.engine.sources import Tap
     from simkit.layers import resolve_layers
     from simkit.metrics import gram
     from simkit.metrics.streaming import make_accumulator
@@ -139,7 +139,7 @@ def breakdown(n: int) -> list[str]:
         value = fn(*a)
         return time.perf_counter() - start, value
 
-    import simkit.metrics.streaming as streaming
+    import simkit.metrics.streaming.minibatch as streaming  # the module whose batch_grams the accumulator calls
 
     t_bare, _ = seconds(bare)  # before any hook exists
     taps = [Tap(m, resolve_layers(m, LAYERS), label, reduce="auto", output_index=None, device=torch.device("cpu"))

@@ -27,11 +27,11 @@ def capture_command(
     device: DeviceOpt = "cpu",
     trust: TrustOpt = False,
 ) -> None:
-    from simkit.cache import capture_to_cache
     from simkit.data import load_data
+    from simkit.engine import capture
 
     dataset = load_data(data, n=n, seed=seed)
     module = load_cli_model(model, seed=seed, trust=trust, weights=weights)
-    path = capture_to_cache(module, dataset, out, layers=layers, reduce=reduce, batch_size=batch_size,
-                            n=n, device=device, model_name=model, data_name=data, seed=seed)
+    path = capture(module, dataset, out, layers=layers, reduce=reduce, batch_size=batch_size, n=n,
+                   device=device, model_name=model, data_name=data, seed=seed)
     typer.echo(f"wrote {path / 'manifest.json'}", err=True)

@@ -34,7 +34,7 @@ class Reduce(str, Enum):
     last = "last"
 
 
-@command("compare", help=(
+@command("compare", arg_flags={"metrics": "metric", "paths": "models"}, help=(
     "Compare every chosen layer of model A with every chosen layer of model B.\n\n"
     "MODELS are two model specs (torchvision:resnet18, timm:NAME, hf:DIR, file:PATH, "
     "python:pkg.mod:fn, simkit:cnn1d), two cache directories written by `simkit capture`, or three "
@@ -67,25 +67,23 @@ def compare_command(
     trust: TrustOpt = False,
     no_report: NoReportOpt = False,
 ) -> None:
-    from simkit.cache import is_cache
+    from simkit.engine import DEFAULT_METRICS, compare, compare_caches, is_cache, study
+    from simkit.results import CompareResult, StudyResult
 
-    metrics = split_list(metric) or ["linear_cka", "unbiased_cka"]
+    metrics = split_list(metric) or list(DEFAULT_METRICS)
     caches = [m for m in models if is_cache(m)]
     if caches and len(caches) != len(models):
         raise SimkitError("mix of cache directories and model specs; pass two model specs or only caches")
     if len(models) < 2:
         raise SimkitError(f"compare needs two models (or two or more caches), got {len(models)}")
     common = dict(metrics=metrics, mode=mode.value, batch_size=batch_size, n=n, null=null, seed=seed,
-                  rbf_factor=rbf_factor, knn_k=knn_k, progress=True)
+                  rbf_factor=rbf_factor, knn_k=knn_k, device=device, progress=True)
     if caches:
-        from simkit.cache import compare_caches
-        from simkit.study import run_study
-
+        result: CompareResult | StudyResult
         if len(caches) == 2:
-            result = compare_caches(caches[0], caches[1], layers_a=layers_a, layers_b=layers_b, device=device,
-                                    **common)
+            result = compare_caches(caches[0], caches[1], layers_a=layers_a, layers_b=layers_b, **common)
         else:
-            result = run_study(caches, pairing=pairing, device=device, **common)
+            result = study(caches, pairing=pairing, **common)
         finish(result, out, no_report)
         return
     if len(models) != 2:
@@ -93,15 +91,15 @@ def compare_command(
                           "(write them with `simkit capture`)")
     if data is None:
         raise SimkitError("--data is required when comparing models, e.g. --data synthetic:3x64x64")
-    from simkit.comparison import compare
     from simkit.data import load_data
 
-    dataset = load_data(data, n=n, seed=seed)
-    model_a = load_cli_model(models[0], seed=seed, trust=trust, weights=weights_a)
-    model_b = load_cli_model(models[1], seed=seed + 1, trust=trust, weights=weights_b)
+    # B is seeded with seed + 1 (README: "A gets seed, B seed + 1"), so `simkit capture --seed 1` of B
+    # gives the activations this comparison sees
+    seeds = {"model_a": seed, "model_b": seed + 1, "data": seed}
+    dataset = load_data(data, n=n, seed=seeds["data"])
+    model_a = load_cli_model(models[0], seed=seeds["model_a"], trust=trust, weights=weights_a)
+    model_b = load_cli_model(models[1], seed=seeds["model_b"], trust=trust, weights=weights_b)
     index = int(output_index) if output_index is not None and output_index.isdigit() else output_index
     result = compare(model_a, model_b, dataset, layers_a=layers_a, layers_b=layers_b, reduce=reduce.value,
-                     device=device, output_index=index, names=(models[0], models[1]), data_name=data,
-                     **common)
-    result.meta["seeds"] = {"model_a": seed, "model_b": seed + 1, "data": seed}
+                     output_index=index, names=(models[0], models[1]), data_name=data, seeds=seeds, **common)
     finish(result, out, no_report)

@@ -19,7 +19,7 @@ from simkit.cli.common import (
     finish,
     split_list,
 )
-from simkit.cli.inputs import check_inputs
+from simkit.cli.inputs import cli_run_dir
 
 
 @command("convert", help=(
@@ -65,27 +65,26 @@ def convert_command(
     resume: ResumeOpt = False,
     no_report: NoReportOpt = False,
 ) -> None:
-    from simkit.theseus.runner import run_conversion
+    from simkit.data import load_data
+    from simkit.models import load_model
+    from simkit.theseus import ConvertSettings, convert, load_plan_file
 
-    chosen_baselines = [] if baselines.strip().lower() == "none" else split_list(baselines)
-    recipe = None if plan else recipe
-    schedules = split_list(schedule) or ["progressive"]
-    metrics = split_list(metric) or ["cka"]
-    guide_inits = split_list(guide_init) or ["trained"]
-    check_inputs("convert", out, resume, dict(
-        guide=guide, data=data, recipe=recipe, schedule=schedules, metric=metrics, baselines=chosen_baselines,
-        plan=plan, rank=rank, group=group, cell=cell, steps_per_stage=steps_per_stage,
-        finetune_epochs=finetune_epochs, head_epochs=head_epochs, batch_size=batch_size, lr=lr,
-        guide_init=guide_inits, train_guide=train_guide, plateau_window=plateau_window, n=n, seed=seed),
-        files={"guide": "model", "data": "data", "plan": "plan"})
-    result = run_conversion(
-        guide, data, recipe=recipe, plan=plan, schedules=schedules, metrics=metrics,
-        guide_inits=guide_inits, baselines=chosen_baselines, rank=rank, group=group,
-        cell=cell, steps_per_stage=steps_per_stage, finetune_epochs=finetune_epochs, head_epochs=head_epochs,
-        batch_size=batch_size, lr=lr, train_guide=train_guide, plateau_window=plateau_window, seed=seed, n=n,
-        run_dir=out, resume=resume, trust=trust, device=device)
+    settings = ConvertSettings(
+        recipe=None if plan else recipe, schedule=split_list(schedule) or ["progressive"],
+        metric=split_list(metric) or ["cka"],
+        baselines=[] if baselines.strip().lower() == "none" else split_list(baselines), plan=plan, rank=rank,
+        group=group, cell=cell, steps_per_stage=steps_per_stage, finetune_epochs=finetune_epochs,
+        head_epochs=head_epochs, batch_size=batch_size, lr=lr, guide_init=split_list(guide_init) or ["trained"],
+        train_guide=train_guide, plateau_window=plateau_window, seed=seed, n=n).validate()
+    run_dir = cli_run_dir("convert", out, resume, {**settings.to_dict(), "guide": guide, "data": data},
+                          files={"guide": "model", "data": "data", "plan": "plan"})
+    guide_model = load_model(guide, seed=seed, trust=trust)
+    dataset = load_data(data, n=n, seed=seed)
+    replacement_plan = load_plan_file(plan, guide_model) if plan else None
+    result = convert(guide_model, dataset, settings, plan=replacement_plan, run_dir=run_dir, resume=resume,
+                     device=device, guide_name=guide, data_name=data)
+    score = result.extra["score"]
     for _, row in result.tables["runs"].iterrows():
-        score = result.extra["score"]
         typer.echo(f"{row['schedule']} {row['metric']} {row['guide_init']}: converted {score} "
                    f"{row[f'converted_{score}']:.4g} (guide {row[f'guide_{score}']:.4g})")
     finish(result, out, no_report)

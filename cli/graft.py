@@ -18,7 +18,7 @@ from simkit.cli.common import (
     command,
     finish,
 )
-from simkit.cli.inputs import check_inputs
+from simkit.cli.inputs import cli_run_dir
 
 
 class Branch(str, Enum):
@@ -61,16 +61,17 @@ def graft_command(
     resume: ResumeOpt = False,
     no_report: NoReportOpt = False,
 ) -> None:
-    from simkit.errors import SimkitError
-    from simkit.surgery.ops import DOUBLE_ZERO
-    from simkit.surgery.suite import run_graft_suite
-    from simkit.surgery.tasks import BUILTIN, SuiteSettings
+    from simkit.data import load_data
+    from simkit.grafting import BUILTIN, GraftSettings, graft
+    from simkit.grafting.tasks import is_builtin
+    from simkit.models import load_model
 
-    if gate is Gate.double_zero and not allow_double_zero:
-        raise SimkitError(DOUBLE_ZERO.replace("allow_double_zero=True", "--allow-double-zero"))
-    settings = SuiteSettings(model=model or BUILTIN, data=data, n=n, seed=seed, trust=trust, after=after,
+    settings = GraftSettings(model=model or BUILTIN, data=data, n=n, seed=seed, after=after,
                              branch=branch.value if branch else None, gate=gate.value, steps=steps,
                              batch_size=batch_size, allow_double_zero=allow_double_zero)
-    check_inputs("graft", out, resume, settings.to_dict(), files={"model": "model", "data": "data"})
-    result = run_graft_suite(settings, Path(out), resume=resume)
+    settings.validate()
+    module = load_model(settings.model or BUILTIN, seed=seed, trust=trust)
+    dataset = None if data is None else load_data(data, n=settings.samples(is_builtin(module)), seed=seed)
+    run_dir = cli_run_dir("graft", out, resume, settings.to_dict(), files={"model": "model", "data": "data"})
+    result = graft(module, dataset, settings, run_dir=run_dir, resume=resume)
     finish(result, Path(out), no_report)

@@ -1,8 +1,7 @@
-"""`simkit linearize` (post-training linearization sweep) and `simkit napl` (path-length statistics)."""
+"""`simkit linearize`: the post-training linearization sweep (``simkit.linearization.linearize``)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -22,7 +21,7 @@ from simkit.cli.common import (
     split_floats,
     split_list,
 )
-from simkit.cli.inputs import check_inputs
+from simkit.cli.inputs import cli_run_dir
 
 
 @command("linearize", help=(
@@ -55,51 +54,23 @@ def linearize_command(
     no_report: NoReportOpt = False,
 ) -> None:
     from simkit.data import load_data
-    from simkit.linearization.runner import run_linearization
+    from simkit.linearization import LinearizeSettings, linearize
 
-    granularities = split_list(granularity) or ["channel", "layer"]
-    omegas = split_floats(omega, "--omega") or [1e-4, 1e-3, 1e-2, 1e-1]
-    check_inputs("linearize", out, resume, dict(
-        model=model, data=data, granularity=granularities, omega=omegas, epochs=epochs, train=train, lr=lr,
-        slope_lr=slope_lr, batch_size=batch_size, fold=fold, cka=cka, weights=weights, n=n, seed=seed),
-        files={"model": "model", "data": "data", "weights": "path"})
+    defaults = LinearizeSettings()  # an empty comma list means the library's default sweep
+    settings = LinearizeSettings(
+        granularity=split_list(granularity) or defaults.granularity,
+        omega=split_floats(omega, "--omega") or defaults.omega, epochs=epochs, train=train, lr=lr,
+        slope_lr=slope_lr, batch_size=batch_size, fold=fold, cka=cka, seed=seed)
+    settings.validate()
+    run_dir = cli_run_dir("linearize", out, resume, {**settings.to_dict(), "model": model, "data": data,
+                                                       "weights": weights, "n": n},
+                          files={"model": "model", "data": "data", "weights": "path"})   # checked, not started
     dataset = load_data(data, n=n, seed=seed)
     net = load_cli_model(model, seed=seed, trust=trust, weights=weights)
-    result = run_linearization(net, dataset, granularities=granularities, omegas=omegas, epochs=epochs,
-                               lr=lr, slope_lr=slope_lr, batch_size=batch_size, fold=fold, cka=cka,
-                               train_epochs=train, seed=seed, run_dir=out, resume=resume, progress=True,
-                               model_spec=model, data_spec=data, device=device)
+    result = linearize(net, dataset, settings, run_dir=run_dir, resume=resume, device=device, progress=True,
+                       model_name=model, data_name=data)
     finish(result, out, no_report)
 
 
-@command("napl", help=(
-    "Print a network's NAPL (expected number of nonlinear units on an input-to-output path, merges "
-    "averaging their branches) and its path-length distribution, without training. --json prints "
-    '{"napl": ..., "distribution": [P(0), P(1), ...], "apl": ..., ...}.'))
-def napl_command(
-    model: Annotated[str, typer.Argument(help="Model spec (torchvision:resnet18, simkit:cnn1d, file:PATH, ...).")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
-    data: Annotated[str | None, typer.Option(
-        "--data", help="Optional data spec: one sample is run to tell tensors from shape values.")] = None,
-    weights: WeightsOpt = None,
-    seed: SeedOpt = 0,
-    trust: TrustOpt = False,
-) -> None:
-    from simkit.linearization.napl import path_lengths
-
-    net = load_cli_model(model, seed=seed, trust=trust, weights=weights)
-    example = None
-    if data is not None:
-        from simkit.data import load_data
-
-        dataset = load_data(data, n=2, seed=seed)
-        example = dataset.inputs
-    stats = path_lengths(net, example)
-    if as_json:
-        typer.echo(json.dumps(stats.to_dict(), allow_nan=False))
-        return
-    typer.echo(f"NAPL {stats.napl:.6g}   APL (unnormalised) {stats.apl:.6g}   "
-               f"paths {stats.num_paths:.6g}   activations {len(stats.activations)}")
-    typer.echo("length  P(normalised)  P(unnormalised)")
-    for k, (p, q) in enumerate(zip(stats.distribution, stats.apl_distribution, strict=False)):
-        typer.echo(f"{k:6d}  {p:13.6g}  {q:15.6g}")
+# `simkit napl` lives in its own module; imported here (after `linearize`, as before) until cli/main.py imports it
+from simkit.cli import napl as _napl  # noqa: E402, F401

@@ -21,7 +21,7 @@ from simkit.cli.common import (
     finish,
     split_list,
 )
-from simkit.cli.inputs import check_inputs
+from simkit.cli.inputs import cli_run_dir
 
 
 class IRISeed(str, Enum):
@@ -80,22 +80,25 @@ def stitch_command(
     resume: ResumeOpt = False,
     no_report: NoReportOpt = False,
 ) -> None:
-    from simkit.stitching.iri import IRISettings
-    from simkit.stitching.runner import DEFAULT_CACHE, run_stitching
+    from simkit.data import load_data
+    from simkit.models import load_model
+    from simkit.stitching import runner
+    from simkit.stitching.settings import StitchSettings
 
-    layers_a, layers_b = split_list(layer_a) or None, split_list(layer_b) or None
-    objectives = split_list(objective) or ["fula"]
-    check_inputs("stitch", out, resume, dict(
-        model_a=model_a, model_b=model_b, data=data, layer_a=layers_a, layer_b=layers_b, layers=layers,
-        objective=objectives, iri=iri, steps=steps, batch_size=batch_size, lr=lr, init=init, iri_steps=iri_steps,
-        iri_tol=iri_tol, iri_seed=iri_seed, iri_optimizer=iri_optimizer, iri_step_size=iri_step_size,
-        iri_lr=iri_lr, iri_batch_size=iri_batch_size, n=n, seed=seed),
-        files={"model_a": "model", "model_b": "model", "data": "data"})
-    settings = IRISettings(steps=iri_steps, tol=iri_tol, seed=iri_seed.value, optimizer=iri_optimizer.value,
-                           step_size=iri_step_size, lr=iri_lr, batch_size=iri_batch_size)
-    result = run_stitching(
-        model_a, model_b, data, layer_a=layers_a, layer_b=layers_b,
-        layers=layers, objectives=objectives, iri=iri, steps=steps,
-        batch_size=batch_size, lr=lr, init=init.value, iri_settings=settings, seed=seed, n=n, trust=trust,
-        run_dir=out, resume=resume, cache_dir=DEFAULT_CACHE if cache_dir is None else cache_dir, device=device)
+    settings = StitchSettings(
+        layer_a=split_list(layer_a) or None, layer_b=split_list(layer_b) or None, layers=layers,
+        objective=split_list(objective) or ["fula"], iri=iri, steps=steps, batch_size=batch_size, lr=lr,
+        init=init.value, iri_steps=iri_steps, iri_tol=iri_tol, iri_seed=iri_seed.value,
+        iri_optimizer=iri_optimizer.value, iri_step_size=iri_step_size, iri_lr=iri_lr,
+        iri_batch_size=iri_batch_size, n=n, seed=seed)
+    settings.validate()
+    net_a = load_model(model_a, seed=seed, trust=trust)
+    net_b = load_model(model_b, seed=seed, trust=trust)
+    dataset = load_data(data, n=n, seed=seed)
+    run_dir = cli_run_dir("stitch", out, resume, {**settings.to_dict(), "model_a": model_a, "model_b": model_b,
+                                                  "data": data},
+                          files={"model_a": "model", "model_b": "model", "data": "data"})
+    result = runner.stitch(net_a, net_b, dataset, settings, run_dir=run_dir, resume=resume, device=device,
+                           cache_dir=runner.DEFAULT_CACHE if cache_dir is None else cache_dir,
+                           names=(model_a, model_b))
     finish(result, out, no_report)

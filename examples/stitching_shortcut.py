@@ -28,8 +28,6 @@ from torch import nn
 import simkit
 from simkit.data import Dataset, load_data
 from simkit.models import load_model
-from simkit.stitching.iri import IRISettings
-from simkit.stitching.runner import run_stitching
 from simkit.training import TrainConfig, evaluate_accuracy, train_classifier
 
 # Where the shortcut patch of each class goes (top-left corner of a 2×2 patch on the 8×8 image).
@@ -124,11 +122,13 @@ def main() -> None:
     frames = []
     for front, back in (("A", "A2"), ("A", "S"), ("S", "A")):
         out = args.out / f"{front}_to_{back}"
-        result = run_stitching(
-            models[front], models[back], shortcut, layer_a=args.layers, layer_b=args.layers,
-            objectives=args.objectives, iri=True, steps=args.stitch_steps, batch_size=128, lr=1e-3,
-            iri_settings=IRISettings(steps=args.iri_steps, tol=args.iri_tol, optimizer=args.iri_optimizer),
-            run_dir=out, resume=True, cache_dir=args.cache_dir)
+        settings = simkit.StitchSettings(
+            layer_a=args.layers, layer_b=args.layers, objective=args.objectives, iri=True, steps=args.stitch_steps,
+            batch_size=128, lr=1e-3, iri_steps=args.iri_steps, iri_tol=args.iri_tol,
+            iri_optimizer=args.iri_optimizer)
+        result = simkit.stitch(models[front], models[back], shortcut, settings, run_dir=out,
+                               resume=(out / "inputs.json").is_file(), cache_dir=args.cache_dir,
+                               names=(f"{args.model} {front}", f"{args.model} {back}"))
         simkit.save_run(result, out)
         frame = result.to_frame()
         frame.insert(0, "pair", f"{front}->{back}")

@@ -38,6 +38,8 @@ import torch
 from torch import Tensor
 
 from simkit.errors import SimkitError
+from simkit.io import atomic_write
+from simkit.models.loading import hf_tokenizer
 
 KINDS = ("mnist1d", "digits", "synthetic:SHAPE", "npy:PATH", "pt:PATH", "imagefolder:DIR", "text:FILE")
 # Well-known datasets that exist only as downloads: refuse at once and say how to supply the files.
@@ -62,9 +64,11 @@ class Dataset:
                  generate: Callable[[int, int], Tensor] | None = None, length: int | None = None):
         if inputs is None and generate is None:
             raise ValueError("Dataset needs inputs or a generate function")
+        if inputs is None and length is None:
+            raise ValueError("a lazy Dataset needs its length")
         self._inputs = inputs
         self._generate = generate
-        self._length = length if inputs is None else _first_dim(inputs)
+        self._length: int = _first_dim(inputs) if inputs is not None else int(length or 0)
         self.labels = labels
         self.spec = spec
         self.test = test
@@ -77,8 +81,14 @@ class Dataset:
     def inputs(self) -> Tensor | dict[str, Tensor]:
         """All inputs (n, ...) (materialised once for a lazy dataset)."""
         if self._inputs is None:
-            self._inputs = self._generate(0, self._length)
+            self._inputs = self._generated(0, self._length)
         return self._inputs
+
+    def _generated(self, start: int, stop: int) -> Tensor:
+        """Rows ``start`` … ``stop - 1`` of a lazy dataset, from its generate function."""
+        if self._generate is None:
+            raise ValueError("this Dataset holds its inputs; it has no generate function")
+        return self._generate(start, stop)
 
     def __len__(self) -> int:
         return self._length
@@ -95,7 +105,7 @@ class Dataset:
         """Inputs of samples ``start`` … ``stop - 1`` ((stop - start, ...)), without materialising a lazy
         dataset: stream with this (or :meth:`batches`) rather than slicing ``.inputs``."""
         if self._inputs is None:
-            return self._generate(start, stop)
+            return self._generated(start, stop)
         return _index(self._inputs, slice(start, stop))
 
     def take(self, index: Tensor | slice | np.ndarray | list[int]) -> Dataset:
@@ -107,7 +117,7 @@ class Dataset:
                 stop = max(start, stop)
                 return Dataset(None, None if self.labels is None else self.labels[start:stop], self.spec,
                                self.test, self.info, length=stop - start,
-                               generate=lambda a, b: self._generate(start + a, start + b))
+                               generate=lambda a, b: self._generated(start + a, start + b))
             if step == 1:
                 inputs = self.rows(start, max(start, stop))
             else:
@@ -116,8 +126,8 @@ class Dataset:
             index = torch.as_tensor(index)
             index = index.nonzero().flatten() if index.dtype == torch.bool else index.long()
             if self._inputs is None:
-                rows = [self._generate(int(i), int(i) + 1) for i in index]
-                inputs = torch.cat(rows) if rows else self._generate(0, 0)
+                rows = [self._generated(int(i), int(i) + 1) for i in index]
+                inputs = torch.cat(rows) if rows else self._generated(0, 0)
             else:
                 inputs = _index(self._inputs, index)
         labels = None if self.labels is None else self.labels[index]
@@ -125,9 +135,8 @@ class Dataset:
 
     def batches(self, batch_size: int) -> Iterator[Tensor | dict[str, Tensor]]:
         """Inputs in order, ``batch_size`` samples at a time (the last batch may be smaller)."""
-        from simkit.batches import check_batch_size
-
-        check_batch_size(batch_size)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise SimkitError(f"`batch_size` must be a positive integer, got {batch_size!r}")
         for start in range(0, len(self), batch_size):
             yield self.rows(start, min(start + batch_size, len(self)))
 
@@ -138,7 +147,7 @@ class Dataset:
                             generate=self._generate, length=self._length)
             return whole, self.test
         if not 0.0 < test_fraction < 1.0:
-            raise SimkitError(f"test fraction must be between 0 and 1, got {test_fraction}")
+            raise SimkitError(f"`test_fraction` must be between 0 and 1, got {test_fraction}")
         n_test = int(round(len(self) * test_fraction))
         if n_test < 1 or n_test >= len(self):
             raise SimkitError(f"data {self.spec!r}: {len(self)} samples are too few for a "
@@ -153,7 +162,7 @@ class Dataset:
         if n is None or n >= len(self):
             return self
         if n < 1:
-            raise SimkitError(f"--n must be at least 1, got {n}")
+            raise SimkitError(f"`n` must be at least 1, got {n}")
         return self.take(slice(0, n))
 
 
@@ -207,7 +216,7 @@ def local_paths(spec: str) -> list[Path]:
 def load_data(spec: str, *, n: int | None = None, seed: int = 0, tokenizer: str | None = None) -> Dataset:
     """The dataset named by ``spec``, capped to its first ``n`` samples (see the module docstring)."""
     if n is not None and n < 1:
-        raise SimkitError(f"--n must be at least 1, got {n}")
+        raise SimkitError(f"`n` must be at least 1, got {n}")
     if "://" in spec:
         raise SimkitError(f"data spec {spec!r} is a URL; simkit never downloads: fetch the file "
                           "yourself and pass npy:PATH, pt:PATH, imagefolder:DIR or text:FILE")
@@ -295,10 +304,8 @@ def _mnist1d_arrays() -> dict[str, np.ndarray]:
     finally:
         random.setstate(py_state)
         np.random.set_state(np_state)
-    arrays = {k: np.asarray(raw[k]) for k in names}
+    arrays: dict[str, Any] = {k: np.asarray(raw[k]) for k in names}
     try:
-        from simkit.io import atomic_write
-
         def write(tmp: Path) -> None:
             with open(tmp, "wb") as handle:
                 np.savez(handle, **arrays)
@@ -528,7 +535,7 @@ def _text(*, spec, target, options, n, seed, tokenizer) -> Dataset:
     path = _existing(spec, target, "file")
     tokenizer = options.get("tokenizer", tokenizer)
     if tokenizer is None:
-        raise SimkitError(f"data {spec!r} needs a tokenizer: pass tokenizer='hf:DIR' (a local Hugging Face "
+        raise SimkitError(f"data {spec!r} needs a tokenizer: pass `tokenizer`='hf:DIR' (a local Hugging Face "
                           "model directory) or 'bytes', or write text:FILE,tokenizer=hf:DIR")
     lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     if not lines:
@@ -542,8 +549,6 @@ def _text(*, spec, target, options, n, seed, tokenizer) -> Dataset:
     if tokenizer == "bytes":
         input_ids, attention_mask, vocab = _byte_tokens(lines, max_length)
     else:
-        from simkit.models.loading import hf_tokenizer
-
         tok = hf_tokenizer(tokenizer)
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token if tok.eos_token is not None else tok.unk_token

@@ -15,7 +15,7 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
-def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
+def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
     """Call ``write(tmp_path)`` then rename ``tmp_path`` onto ``path`` (same directory, atomic)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

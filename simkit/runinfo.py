@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import platform
 import sys
 import time
@@ -10,14 +11,21 @@ from datetime import datetime, timezone
 from typing import Any
 
 
+def _simkit_version() -> str:
+    """The installed distribution's version (what ``simkit.__version__`` says), read without importing
+    the ``simkit`` package root: the base imports nothing above itself."""
+    try:
+        return importlib.metadata.version("simkit")
+    except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "unknown"
+
+
 def versions() -> dict[str, str]:
     """Versions of Python and of the packages that shape the numbers."""
-    import numpy
+    import numpy  # slow imports, kept off the CLI's fast path (--help)
     import torch
 
-    import simkit
-
-    out = {"python": platform.python_version(), "simkit": simkit.__version__,
+    out = {"python": platform.python_version(), "simkit": _simkit_version(),
            "torch": torch.__version__, "numpy": numpy.__version__}
     for name in ("torchvision", "timm", "transformers", "pandas"):
         module = sys.modules.get(name)

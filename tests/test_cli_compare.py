@@ -141,4 +141,4 @@ def test_knn_k_and_rbf_factor_options(tmp_path):
         values[factor] = pd.read_csv(tmp_path / f"rbf{factor}" / "similarity.csv")["value"].to_numpy()
     assert not np.allclose(values["1"], values["3"])
     bad = invoke(*base, "--metric", "rbf_cka", "--rbf-factor", "0", "--out", str(tmp_path / "bad"))
-    assert bad.exit_code == 2 and "rbf_factor must be a positive number" in bad.output
+    assert bad.exit_code == 2 and "--rbf-factor must be a positive number" in bad.output

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from simkit import SimkitError
-from simkit.comparison import compare
+from simkit.engine import compare
 from simkit.report import save_run
 
 
@@ -188,8 +188,11 @@ def test_constant_layer_gives_nan_and_a_warning(data):
     (dict(mode="fast"), "unknown mode"),
     (dict(n=3, metrics=["unbiased_cka"], mode="exact"), "at least 4 samples"),
     (dict(layers_a=["nope"]), "unknown layer"),
-    (dict(null=-1), "--null"),
-    (dict(batch_size=0), "--batch-size must be a positive integer"),
+    (dict(null=-1), "`null` must be 0 or a positive number"),
+    (dict(batch_size=0), "`batch_size` must be a positive integer"),
+    (dict(rbf_factor=0.0, metrics=["rbf_cka"]), "`rbf_factor` must be a positive number"),
+    (dict(knn_k=0, metrics=["mutual_knn"]), "`knn_k` must be a positive integer"),
+    (dict(device="gpu"), "unknown device 'gpu'"),
 ])
 def test_bad_input_is_a_clear_error(data, kwargs, message):
     a, b = tiny_models()
@@ -220,19 +223,43 @@ def test_a_reduction_error_is_not_blamed_on_the_data():
     assert "--data" not in str(info.value)
 
 
-def test_model_and_data_specs_equal_loaded_objects():
+def test_spec_strings_are_refused_with_how_to_load_them(data):
+    """The engine takes modules and data; spec strings are resolved by load_model/load_data (and the CLI)."""
+    a, b = tiny_models()
+    spec = "simkit:mlp:in_features=40,hidden=8,depth=2"
+    with pytest.raises(SimkitError, match=r"`model_a` is a spec string .*simkit\.models\.load_model"):
+        compare(spec, b, data, progress=False)
+    with pytest.raises(SimkitError, match=r"`data` is a spec string .*simkit\.data\.load_data"):
+        compare(a, b, "mnist1d", progress=False)
+    with pytest.raises(SimkitError, match="`model_b` must be an nn.Module, got int"):
+        compare(a, 3, data, progress=False)
+
+
+def test_loaded_specs_record_names_data_and_seeds():
     from simkit.data import load_data
     from simkit.models import load_model
 
     spec_a, spec_b = "simkit:mlp:in_features=40,hidden=8,depth=2", "simkit:mlp:in_features=40,hidden=6,depth=1"
-    kwargs = dict(n=24, seed=3, progress=False, metrics=["linear_cka"])
-    by_spec = compare(spec_a, spec_b, "mnist1d", **kwargs)
-    by_object = compare(load_model(spec_a, seed=3), load_model(spec_b, seed=4), load_data("mnist1d", n=24, seed=3),
-                        **kwargs)
-    np.testing.assert_array_equal(by_spec.to_frame()["value"], by_object.to_frame()["value"])
-    assert by_spec.summary["model_a"] == spec_a and by_spec.summary["data"] == "mnist1d"
-    with pytest.raises(SimkitError, match="model_b must be an nn.Module or a model spec string, got int"):
-        compare(spec_a, 3, "mnist1d", **kwargs)
+    dataset = load_data("mnist1d", n=24, seed=3)
+    result = compare(load_model(spec_a, seed=3), load_model(spec_b, seed=4), dataset, n=24, seed=3,
+                     metrics=["linear_cka"], names=(spec_a, spec_b), seeds={"model_a": 3, "model_b": 4},
+                     progress=False)
+    assert result.summary["model_a"] == spec_a and result.summary["data"] == "mnist1d"  # the Dataset's spec
+    assert result.meta["seeds"] == {"null": 3, "model_a": 3, "model_b": 4}
+
+
+def test_every_option_is_recorded(data):
+    a, b = tiny_models()
+    result = compare(a, b, data, layers_a=["1"], layers_b="1,2", metrics=["linear_cka"], mode="exact",
+                     batch_size=16, n=40, null=2, seed=5, rbf_factor=2.0, knn_k=4, memory_budget_bytes=1000,
+                     progress=False)
+    assert result.meta["settings"] == {
+        "metrics": ["linear_cka"], "mode": "exact", "batch_size": 16, "n": 40, "null": 2, "seed": 5,
+        "rbf_factor": 2.0, "knn_k": 4, "memory_budget_bytes": 1000, "device": "cpu", "layers_a": ["1"],
+        "layers_b": "1,2", "reduce": "auto", "output_index": None}
+    assert result.meta["seeds"] == {"null": 5} and result.meta["world_size"] == 1
+    assert result.meta["method"]["linear_cka"]["mode"] == "exact"
+    assert set(result.meta["timings"]) == {"total", "forward", "metrics_final"}
 
 
 def test_layer_names_that_look_like_numbers_survive_save_and_load(tmp_path):

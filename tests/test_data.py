@@ -131,7 +131,7 @@ def test_npy_and_pt_files(tmp_path):
 def test_text_needs_tokenizer(tmp_path):
     path = tmp_path / "t.txt"
     path.write_text("hello\nworld\n")
-    with pytest.raises(SimkitError, match="needs a tokenizer: pass tokenizer='hf:DIR'"):
+    with pytest.raises(SimkitError, match="needs a tokenizer: pass `tokenizer`='hf:DIR'"):
         load_data(f"text:{path}")
     with pytest.raises(SimkitError, match="is not a local directory; simkit never downloads"):
         load_data(f"text:{path},tokenizer=hf:gpt2")
@@ -177,7 +177,7 @@ def test_train_test_native_and_random():
     assert sorted(together[:, 0].tolist()) == x[:, 0].tolist()  # a partition
     tr2, _ = plain.train_test(0.3, seed=1)
     assert torch.equal(tr.inputs, tr2.inputs)
-    with pytest.raises(SimkitError, match="test fraction must be between 0 and 1"):
+    with pytest.raises(SimkitError, match="`test_fraction` must be between 0 and 1"):
         plain.train_test(1.5)
 
 
@@ -210,7 +210,7 @@ def test_bad_specs(spec, message):
 
 
 def test_bad_n_and_label_mismatch(tmp_path):
-    with pytest.raises(SimkitError, match="--n must be at least 1, got 0"):
+    with pytest.raises(SimkitError, match="`n` must be at least 1, got 0"):
         load_data("digits", n=0)
     np.save(tmp_path / "x.npy", np.zeros((5, 2)))
     np.save(tmp_path / "y.npy", np.zeros(4, dtype=np.int64))

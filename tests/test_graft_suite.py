@@ -1,23 +1,43 @@
-"""The graft suite's experiments (E1, E2 arms, E3 cones, resume) on tiny models; F3 runs in test_cli_graft."""
+"""The graft suite's experiments (E1, E2 arms, E3 cones, resume) on tiny models, the runner's checks
+before it starts its run directory; F3 runs in test_cli_graft."""
 
 from __future__ import annotations
+
+import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
+from simkit.data import load_data
 from simkit.errors import SimkitError
-from simkit.surgery.experiments import run_e1, run_e2, run_e3
-from simkit.surgery.tasks import SuiteSettings, make_task, markov_tokens
+from simkit.grafting import GraftSettings, graft
+from simkit.grafting.experiments import run_e1, run_e2, run_e3
+from simkit.grafting.tasks import is_builtin, make_task, markov_tokens
+from simkit.models import load_model
 
-TINY = dict(model="simkit:llama:d=16,blocks=2", steps=6, n=16, seq_len=8, batch_size=8, progress=False)
+TINY = dict(model="simkit:llama:d=16,blocks=2", steps=6, n=16, seq_len=8, batch_size=8)
+
+
+def inputs(settings):
+    """(model, data) that ``settings`` name, loaded as `simkit graft` loads them."""
+    model = load_model(settings.model, seed=settings.seed)
+    data = None if settings.data is None else load_data(settings.data, n=settings.samples(is_builtin(model)),
+                                                        seed=settings.seed)
+    return model, data
+
+
+def resolved_task(settings):
+    model, data = inputs(settings)
+    s = settings.resolved(is_builtin(model))
+    return s, make_task(s, model, data)
 
 
 @pytest.fixture(scope="module")
 def tiny():
-    s = SuiteSettings(**TINY).resolved()
-    return s, make_task(s)
+    return resolved_task(GraftSettings(**TINY))
 
 
 def test_e1_builtin_zero_mismatches_over_1600_values(tiny):
@@ -64,29 +84,52 @@ def test_e3_cone_shrinks_with_depth(tiny):
 
 
 def test_user_model_tasks(tmp_path):
-    s = SuiteSettings(model="simkit:cnn1d:channels=4,layers=2", data="synthetic:1x40", n=24, after="blocks.0",
-                      branch="conv", steps=6, progress=False).resolved()
-    task = make_task(s)
+    s, task = resolved_task(GraftSettings(model="simkit:cnn1d:channels=4,layers=2", data="synthetic:1x40", n=24,
+                                          after="blocks.0", branch="conv", steps=6))
     assert task.loss_kind == "mse_to_fixed_random_target"
     x, target = task.data
-    assert target.shape == (24, 10) and torch.equal(target, make_task(s).data[1])  # fixed by the seed
+    assert target.shape == (24, 10) and torch.equal(target, resolved_task(s)[1].data[1])  # fixed by the seed
     with pytest.warns(RuntimeWarning, match="E1 compared only 240 output values"):
         e1 = run_e1(task, s)
     assert (e1["mismatches"] == 0).all()
     np.save(tmp_path / "x.npy", np.random.default_rng(0).normal(size=(20, 1, 40)).astype(np.float32))
     np.save(tmp_path / "y.npy", np.arange(20) % 10)
-    labelled = SuiteSettings(model=s.model, data=f"npy:{tmp_path / 'x.npy'},labels={tmp_path / 'y.npy'}",
-                             after="blocks.1", steps=6).resolved()
-    assert make_task(labelled).loss_kind == "cross_entropy" and labelled.branch == "mlp"
+    labelled, task = resolved_task(GraftSettings(model=s.model, after="blocks.1", steps=6,
+                                                 data=f"npy:{tmp_path / 'x.npy'},labels={tmp_path / 'y.npy'}"))
+    assert task.loss_kind == "cross_entropy" and labelled.branch == "mlp"
 
 
 def test_settings_errors():
-    with pytest.raises(SimkitError, match="--after is required with a MODEL"):
-        SuiteSettings(model="simkit:mlp").resolved()
-    with pytest.raises(SimkitError, match="--steps must be at least 6"):
-        SuiteSettings(steps=2).resolved()
-    with pytest.raises(SimkitError, match="--data is required with a MODEL"):
-        make_task(SuiteSettings(model="simkit:cnn1d", after="blocks.0").resolved())
+    with pytest.raises(SimkitError, match="`after` is required with a MODEL"):
+        GraftSettings(model="simkit:mlp").resolved(builtin=False)
+    with pytest.raises(SimkitError, match="`steps` must be at least 6"):
+        GraftSettings(steps=2).resolved(builtin=True)
+    with pytest.raises(SimkitError, match="`n` must be a positive integer, got 0"):
+        GraftSettings(n=0).validate()
+    with pytest.raises(SimkitError, match="double-zero graft refused.*pass `allow_double_zero`"):
+        GraftSettings(gate="double_zero").validate()
+    with pytest.raises(SimkitError, match="`data` is required with a MODEL"):
+        resolved_task(GraftSettings(model="simkit:cnn1d", after="blocks.0"))
+
+
+def test_runner_validates_before_it_starts_the_run_directory(tmp_path):
+    """Bad labels, a bad site or other inputs on resume leave an earlier run in ``run_dir`` as it was."""
+    model = load_model("simkit:cnn1d:channels=4,layers=2")
+    x = torch.randn(20, 1, 40, generator=torch.Generator().manual_seed(0))
+    np.save(tmp_path / "x.npy", x.numpy())
+    np.save(tmp_path / "y.npy", np.arange(20) + 5)  # the model has 10 outputs
+    data = load_data(f"npy:{tmp_path / 'x.npy'},labels={tmp_path / 'y.npy'}")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "earlier.txt").write_text("kept")
+    with pytest.raises(SimkitError, match=r"labels lie in \[5, 24\] but the model has 10 outputs"):
+        graft(model, data, GraftSettings(after="blocks.0", steps=6), run_dir=run)
+    with pytest.raises(SimkitError, match="unknown module 'blocks.9'"):
+        graft(model, data, GraftSettings(after="blocks.9", steps=6), run_dir=run)
+    with pytest.raises(SimkitError, match="`resume`: .* has no inputs.json"):
+        graft(model, load_data(f"npy:{tmp_path / 'x.npy'}"), GraftSettings(after="blocks.0", steps=6),
+              run_dir=run, resume=True)
+    assert sorted(p.name for p in run.iterdir()) == ["earlier.txt"]
 
 
 def test_markov_tokens_seeded_and_in_range():
@@ -98,11 +141,11 @@ def test_markov_tokens_seeded_and_in_range():
 def test_e1_warns_and_notes_when_fewer_values_than_the_papers_1600_are_compared(tiny, tmp_path, monkeypatch):
     import warnings
 
-    from simkit.surgery import experiments, suite
+    from simkit.grafting import experiments
 
-    s = SuiteSettings(model="simkit:cnn1d:channels=4,layers=2", data="synthetic:1x40", n=24, after="blocks.0",
-                      branch="conv", steps=6, progress=False).resolved()
-    task = make_task(s)
+    settings = GraftSettings(model="simkit:cnn1d:channels=4,layers=2", data="synthetic:1x40", n=24,
+                             after="blocks.0", branch="conv", steps=6)
+    s, task = resolved_task(settings)
     with pytest.warns(RuntimeWarning, match=r"E1 compared only 240 output values \(24 probe samples\), fewer "
                                             r"than the 1600 of the paper's check.*raise --n"):
         e1 = run_e1(task, s)
@@ -115,5 +158,9 @@ def test_e1_warns_and_notes_when_fewer_values_than_the_papers_1600_are_compared(
     monkeypatch.setattr(experiments, "run_e3", lambda *a: (pd.DataFrame(), {}))
     monkeypatch.setattr(experiments, "run_f3", lambda *a: (pd.DataFrame(), {}))
     with pytest.warns(RuntimeWarning, match="E1 compared only 240"):
-        summary = suite.run_graft_suite(s, tmp_path).summary
+        summary = graft(*inputs(settings), settings, run_dir=tmp_path / "run", progress=False).summary
     assert summary["e1_values_compared"] == 240 and "fewer than the 1600" in summary["e1_note"]
+    assert json.loads((tmp_path / "run" / "inputs.json").read_text())["options"]["after"] == "blocks.0"
+    # resume from Python refuses other inputs, as the CLI does
+    with pytest.raises(SimkitError, match=r"other inputs \(seed: 0 → 1\)"):
+        graft(*inputs(settings), replace(settings, seed=1), run_dir=tmp_path / "run", resume=True)

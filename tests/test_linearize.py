@@ -13,16 +13,11 @@ from torch import nn
 
 from simkit.data import Dataset
 from simkit.errors import SimkitError
+from simkit.linearization import LinearizeSettings, linearize
 from simkit.linearization.fold import fold_linear_stretches
-from simkit.linearization.prelu import (
-    FreezeRule,
-    SlopeReLU,
-    explicit_relus,
-    slope_modules,
-    slope_penalty,
-    swap_relus,
-)
-from simkit.linearization.runner import post_train, run_linearization
+from simkit.linearization.prelu import explicit_relus, swap_relus
+from simkit.linearization.runner import post_train
+from simkit.linearization.slope import FreezeRule, SlopeReLU, slope_modules, slope_penalty
 
 
 def bits(t: torch.Tensor) -> np.ndarray:
@@ -232,7 +227,7 @@ def test_untraceable_control_flow_is_an_error():
 def test_data_without_labels_is_an_error():
     data = Dataset(torch.randn(20, 1, 8), None, "synthetic:1x8")
     with pytest.raises(SimkitError, match="has no labels"):
-        run_linearization(Mixed(), data, epochs=1, progress=False)
+        linearize(Mixed(), data, LinearizeSettings(epochs=1), progress=False)
 
 
 def test_fold_is_exact_for_linear_stretches():
@@ -269,14 +264,18 @@ def test_fold_keeps_padded_conv_pairs():
 
 
 def test_runner_tables_and_resume(tmp_path):
-    torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
     data = Dataset(torch.randn(80, 1, 8, generator=gen), torch.randint(0, 4, (80,), generator=gen), "toy")
-    model = Mixed().train()
-    kwargs = dict(omegas=[1e-2, 1.0], epochs=2, batch_size=32, slope_lr=0.4, progress=False, run_dir=tmp_path,
-                  fold=True)
-    result = run_linearization(model, data, train_epochs=1, **kwargs)
-    assert all(m.training for m in model.modules())                 # modes restored
+
+    def model() -> nn.Module:
+        torch.manual_seed(0)
+        return Mixed().train()
+
+    settings = LinearizeSettings(omega=[1e-2, 1.0], epochs=2, batch_size=32, slope_lr=0.4, fold=True, train=1)
+    kwargs = dict(progress=False, run_dir=tmp_path)
+    net = model()
+    result = linearize(net, data, settings, **kwargs)
+    assert all(m.training for m in net.modules())                   # modes restored
     runs = result.tables["runs"]
     assert list(runs.columns[:5]) == ["granularity", "omega", "napl", "nonlinear_fraction", "accuracy"]
     assert len(runs) == 4 and runs["bit_exact_at_start"].all()
@@ -290,15 +289,43 @@ def test_runner_tables_and_resume(tmp_path):
     labels = [f"{g} ω={w:g}" for g, w in zip(runs["granularity"], runs["omega"], strict=True)]
     assert runs["nonlinear_fraction"].tolist() == pytest.approx((weighted["w"] / weighted["channels"])[labels].tolist())
     assert set(result.tables["cka"]["run"]) == set(layers["run"])
+    assert result.meta["settings"] == settings.to_dict() and result.meta["data"] == "toy"
     result.meta["model"] = "<script>alert(1)</script>"
     from simkit.report import render_html
 
     html = render_html(result)
     assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)" in html
     assert "Accuracy against NAPL" in html and html.count("<svg") >= 3 and 'src="http' not in html
-    again = run_linearization(Mixed(), data, train_epochs=1, resume=True, **kwargs)
+    again = linearize(model(), data, settings, resume=True, **kwargs)
     cols = ["napl", "nonlinear_fraction", "accuracy", "steps"]
     assert again.tables["runs"][cols].equals(runs[cols])
+
+
+def test_resume_from_python_refuses_other_inputs_and_leaves_the_run(tmp_path):
+    """A Python caller's run directory is tied to the settings and to the model and data as given."""
+    gen = torch.Generator().manual_seed(0)
+    data = Dataset(torch.randn(40, 1, 8, generator=gen), torch.randint(0, 4, (40,), generator=gen), "toy")
+    settings = LinearizeSettings(granularity=["layer"], omega=[1e-2], epochs=1, batch_size=32, cka=False)
+
+    def net(seed: int = 0) -> nn.Module:
+        torch.manual_seed(seed)
+        return trained_like(Mixed())
+
+    kwargs = dict(run_dir=tmp_path, progress=False)
+    first = linearize(net(), data, settings, **kwargs)
+    before = {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+    other = LinearizeSettings(granularity=["layer"], omega=[1e-1], epochs=1, batch_size=32, cka=False)
+    with pytest.raises(SimkitError, match=r"`resume`: .* other inputs \(omega: \[0.01\] → \[0.1\]\)"):
+        linearize(net(), data, other, resume=True, **kwargs)
+    with pytest.raises(SimkitError, match=r"other inputs \(data: "):
+        linearize(net(), Dataset(data.inputs + 1, data.labels, "toy"), settings, resume=True, **kwargs)
+    with pytest.raises(SimkitError, match=r"other inputs \(model: "):
+        linearize(net(1), data, settings, resume=True, **kwargs)
+    with pytest.raises(SimkitError, match="`batch_size` must be a positive integer"):   # checked before writing
+        linearize(net(), data, LinearizeSettings(batch_size=0), **kwargs)
+    assert {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()} == before
+    again = linearize(net(), data, settings, resume=True, **kwargs)   # the same inputs resume
+    assert again.tables["runs"][["napl", "accuracy", "final_loss"]].equals(first.tables["runs"][["napl", "accuracy", "final_loss"]])
 
 
 def test_matched_napl_interpolates_channel_accuracy():
@@ -332,11 +359,19 @@ def test_omegas_equal_to_six_digits_get_their_own_runs_and_checkpoints(tmp_path)
     assert run_label("channel", 1e-3) == "channel ω=0.001"      # ordinary values stay readable
     gen = torch.Generator().manual_seed(0)
     data = Dataset(torch.randn(40, 1, 8, generator=gen), torch.randint(0, 4, (40,), generator=gen), "toy")
-    kwargs = dict(granularities=["layer"], epochs=1, batch_size=32, progress=False, run_dir=tmp_path, cka=False)
-    run_linearization(trained_like(Mixed()), data, omegas=[1e-4], **kwargs)
-    # resume with a second ω that %g spells like the first: it must train, not restore the first's run
-    result = run_linearization(trained_like(Mixed()), data, omegas=[1e-4, 1.0000001e-4, 1e-4], resume=True, **kwargs)
+    settings = LinearizeSettings(granularity=["layer"], omega=[1e-4, 1.0000001e-4, 1e-4], epochs=1, batch_size=32,
+                                 cka=False)
+    kwargs = dict(progress=False, run_dir=tmp_path)
+    first = linearize(trained_like(Mixed()), data, settings, **kwargs)
+    # a resume must find each ω's own checkpoint, not one that %g-spelling would share between them
+    result = linearize(trained_like(Mixed()), data, settings, resume=True, **kwargs)
     names = sorted(p.name for p in (tmp_path / "checkpoints").glob("linearize_*.pt"))
     assert names == ["linearize_layer_w0.0001.pt", "linearize_layer_w0.00010000001.pt"]
     assert result.tables["runs"]["omega"].tolist() == [1e-4, 1.0000001e-4]   # the repeated ω runs once
     assert result.tables["layers"]["run"].unique().tolist() == ["layer ω=0.0001", "layer ω=0.00010000001"]
+    cols = ["napl", "nonlinear_fraction", "accuracy", "steps", "final_loss"]
+    assert result.tables["runs"][cols].equals(first.tables["runs"][cols])
+    # a second ω that %g spells like the first is another input: resuming into it is refused
+    with pytest.raises(SimkitError, match="omega: "):
+        linearize(trained_like(Mixed()), data, LinearizeSettings(granularity=["layer"], omega=[1e-4], epochs=1,
+                                                                 batch_size=32, cka=False), resume=True, **kwargs)

@@ -241,7 +241,7 @@ def test_errors():
         L.cka_loss(torch.randn(5), torch.randn(5, 2))
     with pytest.raises(SimkitError, match="unbiased_cka_loss needs at least 4 samples, got 3"):
         L.unbiased_cka_loss(torch.randn(3, 2), torch.randn(3, 2))
-    with pytest.raises(SimkitError, match="tau must be a positive number, got 0"):
+    with pytest.raises(SimkitError, match="`tau` must be a positive number, got 0"):
         L.dmnn_loss(a, a, tau=0)
     with pytest.raises(SimkitError, match="k=10 neighbours need at least 11 samples, got 8"):
         L.dmnn_loss(torch.randn(8, 2), torch.randn(8, 2))

@@ -279,11 +279,11 @@ def test_rounding_noise_constant_gives_nan_and_a_warning(metric):
 
 
 def test_bad_shapes_and_options():
-    with pytest.raises(SimkitError, match=r"x must be a 2-D \(n, features\) matrix, got shape \(4, 2, 2\)"):
+    with pytest.raises(SimkitError, match=r"`x` must be a 2-D \(n, features\) matrix, got shape \(4, 2, 2\)"):
         C.linear_cka(torch.randn(4, 2, 2), torch.randn(4, 3))
     with pytest.raises(SimkitError, match="unknown form 'dense'; valid: auto, features, gram"):
         C.linear_cka(torch.randn(4, 2), torch.randn(4, 3), form="dense")
-    with pytest.raises(SimkitError, match="factor must be a positive number"):
+    with pytest.raises(SimkitError, match="`factor` must be a positive number"):
         C.rbf_cka(torch.randn(4, 2), torch.randn(4, 3), factor=0)
     with pytest.raises(SimkitError, match="RBF bandwidth is 0"):
         C.gram_rbf(torch.tensor([[0.0], [0.0], [0.0], [0.0], [1.0]], dtype=torch.float64))

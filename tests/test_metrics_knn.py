@@ -122,9 +122,9 @@ def test_errors():
         K.mutual_knn(torch.randn(100, 3), torch.randn(80, 3))
     with pytest.raises(SimkitError, match="k=10 neighbours need at least 11 samples, got 10"):
         K.mutual_knn(x, x)
-    with pytest.raises(SimkitError, match="k must be a positive integer, got 0"):
+    with pytest.raises(SimkitError, match="`k` must be a positive integer, got 0"):
         K.knn_indices(x, 0)
-    with pytest.raises(SimkitError, match="chunk must be a positive integer"):
+    with pytest.raises(SimkitError, match="`chunk` must be a positive integer"):
         K.knn_indices(x, 2, chunk=0)
     x[0, 0] = float("nan")
     with pytest.raises(SimkitError, match="non-finite activations"):

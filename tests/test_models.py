@@ -142,7 +142,7 @@ class _Pickled(nn.Module):
 def test_pickled_module_needs_trust(tmp_path):
     module = _Pickled()
     torch.save(module, tmp_path / "whole.pt")
-    with pytest.raises(SimkitError, match=r"is a pickled object .* pass --trust \(trust=True\)"):
+    with pytest.raises(SimkitError, match=r"is a pickled object .* pass `trust` if you trust it"):
         load_model(f"file:{tmp_path}/whole.pt")
     loaded = load_model(f"file:{tmp_path}/whole.pt", trust=True)
     assert _same_state(module, loaded)
@@ -156,7 +156,7 @@ def test_sidecar_naming_python_code_needs_trust(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "simkit_test_arch", fake)
     model = load_model("python:simkit_test_arch:build")
     path = save_model(model, tmp_path / "m", "python:simkit_test_arch:build")
-    with pytest.raises(SimkitError, match=r"which imports and runs Python code; pass --trust"):
+    with pytest.raises(SimkitError, match=r"which imports and runs Python code; pass `trust`"):
         load_model(f"file:{path}")
     assert _same_state(model, load_model(f"file:{path}", trust=True))
     (tmp_path / "m.safetensors.json").write_text("[1]")

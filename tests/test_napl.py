@@ -14,7 +14,7 @@ from torch import nn
 
 from simkit.errors import SimkitError
 from simkit.linearization.napl import path_lengths
-from simkit.linearization.prelu import SlopeReLU
+from simkit.linearization.slope import SlopeReLU
 
 
 def slope(channels: int, linear: int) -> SlopeReLU:

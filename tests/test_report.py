@@ -19,12 +19,11 @@ from typer.testing import CliRunner
 import simkit
 import simkit.cli.main  # noqa: F401  (registers every command on the app)
 from simkit.cli.common import app
-from simkit.comparison import CompareResult
+from simkit.report import REPORT_KINDS, environment, render_html
 from simkit.report import compare as compare_report
-from simkit.report import render_html
 from simkit.report.figures import bar_plot, heatmap_svg, html_table, line_plot, shorten
+from simkit.results import RESULT_KINDS, CompareResult, StudyResult
 from simkit.runinfo import run_meta
-from simkit.study import StudyResult
 
 EVIL = "<script>alert(1)</script>"
 QUOTED = "q\"uo'te&amp;<b>"
@@ -368,3 +367,11 @@ def test_save_into_a_file_is_a_clear_error(tmp_path):
     with pytest.raises(simkit.SimkitError, match="is an existing file, not a directory"):
         make_compare(2, 2).save(target)
     assert target.read_text() == "x"
+
+
+def test_every_result_kind_has_a_report_and_every_template_exists():
+    assert set(REPORT_KINDS) == set(RESULT_KINDS)
+    for kind, (build, template) in REPORT_KINDS.items():
+        assert callable(build), kind
+        assert template == f"{kind}.html.j2"
+        environment().get_template(template)  # found in the installed simkit.templates; parses

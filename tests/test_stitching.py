@@ -4,8 +4,10 @@ the runner's two arms, and bad input."""
 from __future__ import annotations
 
 import copy
+import re
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from hypothesis import given, settings
@@ -22,7 +24,8 @@ from simkit.stitching.iri import IRISettings, generate_iris, relative_error, see
 from simkit.stitching.layers import LeastSquares, StitchLayer, check_bridgeable, infer_layout
 from simkit.stitching.objectives import dm_loss, fula_loss, hlm_loss, parse_objectives, slm_loss
 from simkit.stitching.pairs import layer_pairs, match_depths
-from simkit.stitching.runner import run_stitching
+from simkit.stitching.runner import stitch
+from simkit.stitching.settings import StitchSettings
 from simkit.stitching.stitched import StitchedModel, StitchLoss
 
 # ------------------------------------------------------------------------------------------ fixtures
@@ -42,6 +45,13 @@ def tiny_data(n: int = 90, labels: bool = True) -> Dataset:
     info = {"num_classes": 3, "input_shape": (1, 6, 6), "value_range": (0.0, 1.0)}
     test = Dataset(x[n:], y[n:] if labels else None, "tiny", info=info)
     return Dataset(x[:n], y[:n] if labels else None, "tiny", test=test, info=info)
+
+
+def stitch_with(a: nn.Module, b: nn.Module, data: Dataset, *, run_dir=None, resume=False, cache_dir=None,
+                  progress=False, **options):
+    """``stitch`` with the settings given as keyword arguments."""
+    return stitch(a, b, data, StitchSettings(**options), run_dir=run_dir, resume=resume, cache_dir=cache_dir,
+                  progress=progress)
 
 
 def state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -219,7 +229,7 @@ def test_identity_stitch_between_identical_models_has_zero_fula_loss_and_b_accur
     x = data.inputs
     assert StitchLoss("fula", stitched)((x, data.labels)).item() == 0.0
     assert StitchLoss("dm", stitched)((x, data.labels)).item() == 0.0
-    result = run_stitching(model, model, data, layer_a="1", layer_b="1", objectives="fula", steps=0,
+    result = stitch_with(model, model, data, layer_a="1", layer_b="1", objective="fula", steps=0,
                            init="default", cache_dir=None, progress=False)
     row = result.to_frame().iloc[0]
     assert row.stitched_accuracy == row.b_accuracy == result.summary["b_accuracy"]
@@ -350,8 +360,8 @@ def test_iri_arm_trains_on_iris_only_and_models_stay_unchanged(monkeypatch, tmp_
     monkeypatch.setattr(runner_mod, "_lstsq_state", lstsq)
     before_a, before_b = state(a), state(b)
     modes = [m.training for m in b.modules()]
-    result = run_stitching(a, b, data, layer_a="1", layer_b="1", objectives="hlm,fula", iri=True, steps=3,
-                           batch_size=16, iri_settings=IRISettings(steps=50, tol=0.05), cache_dir=tmp_path,
+    result = stitch_with(a, b, data, layer_a="1", layer_b="1", objective="hlm,fula", iri=True, steps=3,
+                           batch_size=16, iri_steps=50, iri_tol=0.05, cache_dir=tmp_path,
                            progress=False)
     iris = load_file(str(next(tmp_path.glob("iri-*.safetensors"))))["iris"]
     assert torch.equal(fit.inputs["stitch_1__1__fula__iri"], iris)
@@ -382,18 +392,18 @@ def test_iri_arm_trains_on_iris_only_and_models_stay_unchanged(monkeypatch, tmp_
 def test_runner_errors_name_the_problem():
     a, b, data = tiny_cnn(0), tiny_cnn(1), tiny_data()
     with pytest.raises(SimkitError, match="unknown layer of model A 'conv9'"):
-        run_stitching(a, b, data, layer_a="conv9", layer_b="1", progress=False, cache_dir=None)
+        stitch_with(a, b, data, layer_a="conv9", layer_b="1", progress=False, cache_dir=None)
     with pytest.raises(SimkitError, match="unknown layer of model B 'nope'"):
-        run_stitching(a, b, data, layer_a="1", layer_b="nope", progress=False, cache_dir=None)
+        stitch_with(a, b, data, layer_a="1", layer_b="nope", progress=False, cache_dir=None)
     with pytest.raises(SimkitError, match="no stitch bridges A's map2d activations .* and B's vector"):
-        run_stitching(a, b, data, layer_a="1", layer_b="4", progress=False, cache_dir=None)
+        stitch_with(a, b, data, layer_a="1", layer_b="4", progress=False, cache_dir=None)
     with pytest.raises(SimkitError, match="the HLM objective needs labels but data 'tiny' has none"):
-        run_stitching(a, b, tiny_data(labels=False), layer_a="1", layer_b="1", objectives="hlm",
+        stitch_with(a, b, tiny_data(labels=False), layer_a="1", layer_b="1", objective="hlm",
                       progress=False, cache_dir=None)
-    with pytest.raises(SimkitError, match="--layer-a has 2 names and --layer-b 3"):
-        run_stitching(a, b, data, layer_a="1,3", layer_b="1,2,3", progress=False, cache_dir=None)
+    with pytest.raises(SimkitError, match="`layer_a` has 2 names and `layer_b` 3"):
+        stitch_with(a, b, data, layer_a="1,3", layer_b="1,2,3", progress=False, cache_dir=None)
     with pytest.raises(SimkitError, match="say where to stitch"):
-        run_stitching(a, b, data, progress=False, cache_dir=None)
+        stitch_with(a, b, data, progress=False, cache_dir=None)
 
 
 def test_layer_pairs_and_depth_matching():
@@ -402,17 +412,17 @@ def test_layer_pairs_and_depth_matching():
     assert match_depths(["a1", "a2", "a3"], ["b1", "b2", "b3", "b4", "b5", "b6"]) == [
         ("a1", "b2"), ("a2", "b4"), ("a3", "b6")]
     assert match_depths(["a1", "a2"], ["b1"]) == [("a1", "b1"), ("a2", "b1")]
-    with pytest.raises(SimkitError, match="either --layers auto or --layer-a/--layer-b"):
+    with pytest.raises(SimkitError, match="either `layers` auto or `layer_a`/`layer_b`"):
         layer_pairs(a, b, "1", "1", layers="auto")
 
 
 def test_resume_restores_finished_stitches_without_training(tmp_path, monkeypatch):
     a, b, data = tiny_cnn(0), tiny_cnn(1), tiny_data()
-    kwargs = dict(layer_a="1", layer_b="3", objectives="slm", steps=5, batch_size=16, progress=False,
+    kwargs = dict(layer_a="1", layer_b="3", objective="slm", steps=5, batch_size=16, progress=False,
                   cache_dir=None, run_dir=tmp_path)
-    first = run_stitching(a, b, data, **kwargs)
+    first = stitch_with(a, b, data, **kwargs)
     assert (tmp_path / "checkpoints" / "stitch_1__3__slm__standard.pt").is_file()
-    second = run_stitching(a, b, data, resume=True, **kwargs)
+    second = stitch_with(a, b, data, resume=True, **kwargs)
     assert first.to_frame().equals(second.to_frame())
     assert first.tables["training"].final_loss.tolist() == second.tables["training"].final_loss.tolist()
 
@@ -456,7 +466,87 @@ def test_runner_in_output_replacement_mode_records_it():
     info = {"value_range": (0.0, 1.0)}
     data = Dataset(x[:40], y[:40], "vec", test=Dataset(x[40:], y[40:], "vec", info=info), info=info)
     with pytest.warns(UserWarning, match="output replacement"):
-        result = run_stitching(model, model, data, layer_a="f", layer_b="f", objectives="fula,slm", steps=0,
+        result = stitch_with(model, model, data, layer_a="f", layer_b="f", objective="fula,slm", steps=0,
                                init="default", cache_dir=None, progress=False)
     assert result.meta["cut"]["f->f"].startswith("replace (a path from the input")
     assert (result.to_frame().penalty == 0).all()
+
+
+# ------------------------------------------------------------------------------- modes, settings, run dir
+
+
+def bn_cnn(seed: int) -> nn.Sequential:
+    """tiny_cnn with BatchNorm after each conv, running statistics away from their init (eval mode)."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1),
+                          nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(144, 3))
+    with torch.no_grad():
+        model.train()
+        model(2 * torch.rand(64, 1, 6, 6, generator=torch.Generator().manual_seed(seed)))
+    return model.eval()
+
+
+def test_results_of_an_objective_do_not_depend_on_the_objectives_before_it():
+    """Evaluating a stitch must not leave the shared frozen B (its BatchNorm) in training mode."""
+    a, b, data = bn_cnn(0), bn_cnn(1), tiny_data()
+    options = dict(layer_a="2", layer_b="2", steps=5, batch_size=16)
+    alone = stitch_with(a, b, data, objective="slm", **options)
+    after = stitch_with(a, b, data, objective="hlm,slm", **options)
+    for name in ("stitching", "training"):
+        table = after.tables[name]
+        pd.testing.assert_frame_equal(alone.tables[name], table[table.objective == "slm"].reset_index(drop=True))
+
+
+def test_frozen_halves_stay_in_eval_mode():
+    model = bn_cnn(0)
+    front, back = FrontHalf(model, "2"), BackHalf(model, "2")
+    stitched = StitchedModel(front, StitchLayer((4, 6, 6), (4, 6, 6), "map2d"), back)
+    stitched.train()
+    assert stitched.stitch.training
+    assert not any(m.training for half in (front.model, back.model, back.module) for m in half.modules())
+
+
+def test_settings_validate_names_the_field():
+    for options, message in ((dict(batch_size=0), "`batch_size` must be an integer >= 1, got 0"),
+                             (dict(steps=-1), "`steps` must be an integer >= 0, got -1"),
+                             (dict(init="zeros"), "`init` must be 'lstsq' (least squares) or 'default'"),
+                             (dict(iri_seed="x"), "`iri_seed` must be 'data'"),
+                             (dict(iri_optimizer="lbfgs"), "`iri_optimizer` must be 'sgd' or 'adam'"),
+                             (dict(n=0), "`n` must be an integer >= 1"),
+                             (dict(layers="deep"), "`layers` takes only 'auto'"),
+                             (dict(objective="kl"), "unknown objective 'kl'")):
+        with pytest.raises(SimkitError, match=re.escape(message)):
+            StitchSettings(**{"layer_a": "1", "layer_b": "1", **options}).validate()
+    settings = StitchSettings(layer_a="1", layer_b="1", iri_steps=7, iri_optimizer="adam")
+    assert settings.iri_settings() == IRISettings(steps=7, optimizer="adam")
+    assert settings.to_dict()["iri_steps"] == 7 and settings.to_dict()["objective"] == ["fula"]
+
+
+def test_runner_takes_modules_and_a_dataset_and_names_them():
+    a, b, data = tiny_cnn(0), tiny_cnn(1), tiny_data()
+    with pytest.raises(SimkitError, match="`model_a` must be a torch.nn.Module"):
+        stitch("simkit:cnn2d", b, data, StitchSettings(layer_a="1", layer_b="1"))
+    with pytest.raises(SimkitError, match="`data` must be a simkit Dataset"):
+        stitch(a, b, "digits", StitchSettings(layer_a="1", layer_b="1"))  # type: ignore[arg-type]
+    result = stitch(a, b, data, StitchSettings(layer_a="1", layer_b="1", objective="dm", steps=0),
+                    cache_dir=None, progress=False, names=("front", "back"))
+    assert (result.meta["model_a"], result.meta["model_b"]) == ("front", "back")
+    assert result.meta["options"] == StitchSettings(layer_a="1", layer_b="1", objective="dm", steps=0).to_dict()
+
+
+def test_resume_from_python_refuses_other_inputs_and_bad_input_leaves_the_run(tmp_path):
+    a, b, data = tiny_cnn(0), tiny_cnn(1), tiny_data()
+    options = dict(layer_a="1", layer_b="3", objective="dm", steps=2, batch_size=16, run_dir=tmp_path)
+    stitch_with(a, b, data, **options)
+    files = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert tmp_path / "inputs.json" in files and any(p.suffix == ".pt" for p in files)
+    with pytest.raises(SimkitError, match="was made with other inputs .*steps: 2 → 3"):
+        stitch_with(a, b, data, resume=True, **{**options, "steps": 3})
+    with pytest.raises(SimkitError, match="was made with other inputs .*model_b"):
+        stitch_with(a, tiny_cnn(2), data, resume=True, **options)
+    with pytest.raises(SimkitError, match="unknown layer of model B 'nope'"):  # a fresh run, failing its checks
+        stitch_with(a, b, data, **{**options, "layer_b": "nope"})
+    with pytest.raises(SimkitError, match="`resume` needs `run_dir`"):
+        stitch_with(a, b, data, resume=True, **{**options, "run_dir": None})
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == files
+    stitch_with(a, b, data, resume=True, **options)

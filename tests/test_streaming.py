@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simkit.errors import SimkitError
-from simkit.metrics import streaming
 from simkit.metrics.streaming import make_accumulator
+from simkit.metrics.streaming.common import draw_perms, perm_generator
 
 # ------------------------------------------------------------------------------ numpy references
 
@@ -206,7 +206,7 @@ def test_minibatch_differs_from_exact():
 
 def test_minibatch_unbiased_needs_a_batch_of_four():
     acc = feed(make_accumulator(["unbiased_cka"], "minibatch", dims(XA), dims(XB)), XA, XB, [3] * 7 + [2])
-    with pytest.raises(SimkitError, match="at least 4 samples and got none; raise --batch-size"):
+    with pytest.raises(SimkitError, match="at least 4 samples and got none; raise `batch_size`"):
         acc.compute()
 
 
@@ -240,6 +240,48 @@ def test_state_of_two_halves_adds_up_to_the_whole(mode):
     for m in metrics:
         for key in want[m]:
             np.testing.assert_allclose(got[m][key], want[m][key], rtol=0, atol=1e-10)
+
+
+def combine_like_ranks(accs):
+    """What the engine does over ranks, in one process: rank 0's shifts for all, every state summed (an
+    all_reduce), every stored payload given to every accumulator (an all_gather)."""
+    shifts = accs[0].shifts()
+    if shifts:
+        for acc in accs:
+            acc.rebase([t.clone() for t in shifts])
+    for tensors in zip(*(acc.state() for acc in accs), strict=True):
+        total = sum(t.clone() for t in tensors)
+        for t in tensors:
+            t.copy_(total)
+    payloads = [acc.stored_payload() for acc in accs]
+    for acc in accs:
+        acc.load_stored(payloads, "cpu")
+
+
+@pytest.mark.parametrize("mode", ["exact", "minibatch"])
+def test_ranks_combined_by_sums_shifts_and_payloads_equal_one_accumulator(mode):
+    metrics = ["linear_cka", "unbiased_cka", "rbf_cka", "mutual_knn"]
+    sizes = [6, 6, 6, 5]
+    null = 3 if mode == "minibatch" else 0
+
+    def build():
+        return make_accumulator(metrics, mode, dims(XA), dims(XB), null=null, seed=4, knn_k=5)
+
+    whole = feed(build(), XA, XB, sizes)
+    ranks = [build(), build()]
+    starts = np.cumsum([0, *sizes])
+    for i in range(len(sizes)):  # round-robin: rank 0 gets batches 0 and 2, rank 1 batches 1 and 3
+        sl = slice(starts[i], starts[i + 1])
+        ranks[i % 2].update([torch.as_tensor(x[sl]) for x in XA], [torch.as_tensor(y[sl]) for y in XB],
+                            batch_index=i)
+    assert ranks[0].needs_gather
+    combine_like_ranks(ranks)
+    want = whole.compute()
+    for acc in ranks:
+        got = acc.compute()
+        for m in metrics:
+            for key in want[m]:
+                np.testing.assert_allclose(got[m][key], want[m][key], rtol=0, atol=1e-10, err_msg=f"{m} {key}")
 
 
 def test_feature_path_merge_rebases_and_equals_whole():
@@ -303,7 +345,7 @@ def test_exact_null_equals_recomputation_on_permuted_samples():
     desc = acc.describe()
     assert desc["linear_cka"]["path"] == "stored-gram"
     assert desc["linear_cka"]["reason"] == "a permutation null needs stored activations"
-    perms = streaming._draw_perms(k, n, streaming._perm_generator(5, -1), "cpu").numpy()
+    perms = draw_perms(k, n, perm_generator(5, -1), "cpu").numpy()
     for m in metrics:
         fn = (lambda a, b: np_mutual_knn(a, b, 3)) if m == "mutual_knn" else (lambda a, b, m=m: np_cka(a, b, m))
         ref = np.stack([np_matrix(xa, [y[p] for y in xb], fn) for p in perms])
@@ -314,7 +356,7 @@ def test_minibatch_null_permutes_within_each_batch():
     sizes, k = [8, 8, 7], 3
     acc = feed(make_accumulator(["unbiased_cka"], "minibatch", dims(XA), dims(XB), null=k, seed=2), XA, XB, sizes)
     null = acc.compute()["unbiased_cka"]["null"]
-    perms = [streaming._draw_perms(k, b, streaming._perm_generator(2, i), "cpu").numpy()
+    perms = [draw_perms(k, b, perm_generator(2, i), "cpu").numpy()
              for i, b in enumerate(sizes)]
     starts = np.cumsum([0, *sizes])
     for t in range(k):
@@ -355,9 +397,9 @@ def test_constant_layer_gives_nan_and_a_warning_naming_it(mode):
 def test_bad_input_errors():
     with pytest.raises(SimkitError, match="unknown metric 'cka'"):
         make_accumulator(["cka"], "exact", [2], [2])
-    with pytest.raises(SimkitError, match="unknown mode 'full'; choose exact or minibatch"):
+    with pytest.raises(SimkitError, match="unknown `mode` 'full'; choose exact or minibatch"):
         make_accumulator(["linear_cka"], "full", [2], [2])
-    with pytest.raises(SimkitError, match="null must be 0 or a positive number"):
+    with pytest.raises(SimkitError, match="`null` must be 0 or a positive number"):
         make_accumulator(["linear_cka"], "exact", [2], [2], null=-1)
     acc = make_accumulator(["linear_cka"], "exact", [2], [3])
     with pytest.raises(SimkitError, match=r"inconsistent numbers of samples in one batch: \[4, 5\]"):
@@ -369,7 +411,7 @@ def test_bad_input_errors():
         small.compute()
     capped = make_accumulator(["rbf_cka"], "exact", dims(XA), dims(XB), max_stored_n=10)
     feed(capped, [x[:8] for x in XA], [y[:8] for y in XB], [8])
-    with pytest.raises(SimkitError, match="exceed max_stored_n=10; use --mode minibatch"):
+    with pytest.raises(SimkitError, match="exceed `max_stored_n`=10; use `mode`=minibatch"):
         feed(capped, [x[8:16] for x in XA], [y[8:16] for y in XB], [8])
 
 
@@ -401,8 +443,19 @@ def _rank_main(rank: int, world: int, init: str, out: str, sizes: list[int]) -> 
                                    knn_k=5)
             for i in range(rank, len(sizes), world):  # simkit.batches' round-robin split
                 sl = slice(starts[i], starts[i + 1])
-                acc.update([torch.as_tensor(x[sl]) for x in xa], [torch.as_tensor(y[sl]) for y in xb])
-            acc.reduce_over_ranks()
+                acc.update([torch.as_tensor(x[sl]) for x in xa], [torch.as_tensor(y[sl]) for y in xb],
+                           batch_index=i)
+            shifts = acc.shifts()  # the rank reduction, as the engine does it
+            for t in shifts:
+                dist.broadcast(t, src=0)
+            if shifts:
+                acc.rebase(shifts)
+            for t in acc.state():
+                dist.all_reduce(t, op=dist.ReduceOp.SUM)
+            if acc.needs_gather:
+                payloads = [None] * world
+                dist.all_gather_object(payloads, acc.stored_payload())
+                acc.load_stored(payloads)
             results[mode] = acc.compute()
         if rank == 0:
             torch.save(results, out)
@@ -412,7 +465,7 @@ def _rank_main(rank: int, world: int, init: str, out: str, sizes: list[int]) -> 
 
 @pytest.mark.distributed
 @pytest.mark.slow
-def test_reduce_over_ranks_with_two_processes_equals_one(tmp_path):
+def test_rank_reduction_with_two_processes_equals_one(tmp_path):
     import torch.multiprocessing as mp
 
     sizes = [6, 6, 6, 5]

@@ -316,6 +316,31 @@ def test_train_classifier_and_accuracy():
         train_classifier(model, _Data(x, None), TrainConfig(steps=1))
 
 
+def _mixed_modes() -> tuple[nn.Module, dict[str, bool]]:
+    """A model in train mode whose frozen back part (a BatchNorm and a Dropout) is in eval mode, as a
+    stitched model's shared back half is."""
+    torch.manual_seed(0)
+    back = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Dropout(0.5), nn.Linear(4, 2)).eval()
+    model = nn.Sequential(nn.Linear(2, 4), nn.BatchNorm1d(4), back)
+    model.train()
+    back.eval()
+    modes = {name: m.training for name, m in model.named_modules()}
+    assert any(modes.values()) and not all(modes.values())
+    return model, modes
+
+
+def test_helpers_keep_every_submodules_own_mode():
+    x = torch.randn(40, 2, generator=torch.Generator().manual_seed(1))
+    y = (x[:, 0] > 0).long()
+    model, modes = _mixed_modes()
+    evaluate_accuracy(model, x, y, batch_size=16)  # eval inside; each flag back afterwards (not train(True))
+    assert {name: m.training for name, m in model.named_modules()} == modes
+    recalibrate_batchnorm(model, x, batch_size=16)
+    assert {name: m.training for name, m in model.named_modules()} == modes
+    train_classifier(model, _Data(x, y), TrainConfig(steps=2, batch_size=20, progress=False))
+    assert {name: m.training for name, m in model.named_modules()} == modes
+
+
 def test_recalibrate_batchnorm_sets_exact_statistics_and_nothing_else():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4, momentum=0.3), nn.Dropout(0.5), nn.ReLU()).eval()

@@ -1,18 +1,22 @@
 """Post-training linearization and path-length statistics (spec §3, "ResNets are deeper than you think").
 
-- :mod:`simkit.linearization.prelu`: ``SlopeReLU`` (α = 0 is ReLU bit for bit), ``swap_relus``, the freeze rule;
+- :mod:`simkit.linearization.slope`: ``SlopeReLU`` (α = 0 is ReLU bit for bit), the penalty, the freeze rule;
+- :mod:`simkit.linearization.prelu`: ``swap_relus`` — every ReLU call site becomes its own SlopeReLU;
 - :mod:`simkit.linearization.napl`: ``path_lengths`` — NAPL, path-length distribution, unnormalised APL;
 - :mod:`simkit.linearization.fold`: ``fold_linear_stretches`` — multiply out fully linear stretches;
-- :mod:`simkit.linearization.runner`: ``run_linearization`` → ``LinearizeResult`` (kind "linearize").
+- :mod:`simkit.linearization.settings`: ``LinearizeSettings`` — every option of a sweep;
+- :mod:`simkit.linearization.runner`: ``linearize(model, data, settings)`` → ``LinearizeResult`` (kind "linearize").
 """
 
 from simkit.linearization.fold import FoldResult, fold_linear_stretches
 from simkit.linearization.napl import PathLengths, path_lengths
-from simkit.linearization.prelu import FreezeRule, SlopeReLU, explicit_relus, slope_penalty, swap_relus
-from simkit.linearization.runner import LinearizeResult, matched_napl, post_train, run_linearization
+from simkit.linearization.prelu import explicit_relus, swap_relus
+from simkit.linearization.runner import LinearizeResult, linearize, matched_napl, post_train
+from simkit.linearization.settings import LinearizeSettings
+from simkit.linearization.slope import FreezeRule, SlopeReLU, slope_penalty
 
 __all__ = [
-    "FoldResult", "FreezeRule", "LinearizeResult", "PathLengths", "SlopeReLU", "explicit_relus",
-    "fold_linear_stretches", "matched_napl", "path_lengths", "post_train", "run_linearization",
+    "FoldResult", "FreezeRule", "LinearizeResult", "LinearizeSettings", "PathLengths", "SlopeReLU",
+    "explicit_relus", "fold_linear_stretches", "linearize", "matched_napl", "path_lengths", "post_train",
     "slope_penalty", "swap_relus",
 ]

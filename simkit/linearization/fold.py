@@ -20,17 +20,21 @@ from __future__ import annotations
 
 import copy
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.fx as fx
 from torch import nn
 
-from simkit.linearization.prelu import SlopeReLU
+from simkit.linearization.slope import SlopeReLU
 from simkit.linearization.trace import trace
+from simkit.surgery import replace_module
 
 CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+Conv = nn.Conv1d | nn.Conv2d | nn.Conv3d
+BatchNorm = nn.BatchNorm1d | nn.BatchNorm2d | nn.BatchNorm3d
 
 
 @dataclass
@@ -58,7 +62,7 @@ def weighted_depth(gm: fx.GraphModule) -> int:
     for node in gm.graph.nodes:
         inputs = [depth[n] for n in node.all_input_nodes if n in depth]
         here = max(inputs, default=0)
-        if node.op == "call_module" and isinstance(gm.get_submodule(node.target), CONVS + (nn.Linear,)):
+        if node.op == "call_module" and isinstance(gm.get_submodule(str(node.target)), CONVS + (nn.Linear,)):
             here += 1
         depth[node] = here
         best = max(best, here)
@@ -70,12 +74,12 @@ def count_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def _fold_bn(layer: nn.Module, bn: nn.Module) -> nn.Module | None:
-    if not bn.track_running_stats or bn.running_mean is None:
+def _fold_bn(layer: Conv | nn.Linear, bn: BatchNorm) -> nn.Module | None:
+    mean, var = bn.running_mean, bn.running_var
+    if not bn.track_running_stats or mean is None or var is None:
         return None
-    scale = bn.weight / torch.sqrt(bn.running_var + bn.eps) if bn.affine else \
-        1 / torch.sqrt(bn.running_var + bn.eps)
-    shift = bn.bias if bn.affine else torch.zeros_like(bn.running_mean)
+    scale = bn.weight / torch.sqrt(var + bn.eps) if bn.affine else 1 / torch.sqrt(var + bn.eps)
+    shift = bn.bias if bn.affine else torch.zeros_like(mean)
     out_features = layer.weight.shape[0]
     if scale.numel() != out_features:
         return None
@@ -83,7 +87,7 @@ def _fold_bn(layer: nn.Module, bn: nn.Module) -> nn.Module | None:
     bias = layer.bias if layer.bias is not None else layer.weight.new_zeros(out_features)
     view = [-1] + [1] * (layer.weight.dim() - 1)
     new.weight = nn.Parameter((layer.weight * scale.view(view)).detach())
-    new.bias = nn.Parameter(((bias - bn.running_mean) * scale + shift).detach())
+    new.bias = nn.Parameter(((bias - mean) * scale + shift).detach())
     return new
 
 
@@ -96,12 +100,17 @@ def _fold_linear(first: nn.Linear, second: nn.Linear) -> nn.Linear:
     return new
 
 
-def _plain_conv(conv: nn.Module) -> bool:
+def _plain_conv(conv: Conv) -> bool:
     return (all(s == 1 for s in conv.stride) and all(d == 1 for d in conv.dilation) and conv.groups == 1
             and conv.padding_mode == "zeros" and not isinstance(conv.padding, str))
 
 
-def _fold_conv(first: nn.Module, second: nn.Module) -> nn.Module | None:
+def _tap(position: tuple[int, ...]) -> tuple[slice | int, ...]:
+    """Index of one kernel position of a conv weight (out, in, *k): every (out, in) pair there."""
+    return (slice(None), slice(None), *position)
+
+
+def _fold_conv(first: Conv, second: Conv) -> nn.Module | None:
     if type(first) is not type(second) or not (_plain_conv(first) and _plain_conv(second)):
         return None
     if any(p != 0 for p in second.padding):
@@ -113,12 +122,13 @@ def _fold_conv(first: nn.Module, second: nn.Module) -> nn.Module | None:
     for a in itertools.product(*(range(k) for k in k1)):
         for b in itertools.product(*(range(k) for k in k2)):
             t = tuple(i + j for i, j in zip(a, b, strict=True))
-            weight[(slice(None), slice(None), *t)] += w2[(slice(None), slice(None), *b)] @ w1[(slice(None), slice(None), *a)]
+            weight[_tap(t)] += w2[_tap(b)] @ w1[_tap(a)]
     b1 = first.bias if first.bias is not None else w1.new_zeros(w1.shape[0])
     b2 = second.bias if second.bias is not None else w1.new_zeros(w2.shape[0])
     bias = b2 + torch.einsum("om...,m->o", w2, b1)
-    new = type(first)(w1.shape[1], w2.shape[0], kernel, padding=first.padding, bias=True, dtype=w1.dtype,
-                      device=w1.device)
+    build: Callable[..., Conv] = type(first)  # the same class as both convs: kernel has its dimensionality
+    new = build(w1.shape[1], w2.shape[0], kernel, padding=first.padding, bias=True, dtype=w1.dtype,
+                device=w1.device)
     new.weight = nn.Parameter(weight.detach())
     new.bias = nn.Parameter(bias.detach())
     return new
@@ -138,7 +148,7 @@ def _targets_used_once(gm: fx.GraphModule) -> set[str]:
     counts: dict[str, int] = {}
     for node in gm.graph.nodes:
         if node.op == "call_module":
-            counts[node.target] = counts.get(node.target, 0) + 1
+            counts[str(node.target)] = counts.get(str(node.target), 0) + 1
     return {t for t, c in counts.items() if c == 1}
 
 
@@ -147,8 +157,6 @@ def fold_linear_stretches(model: nn.Module) -> FoldResult:
 
     model: a (linearized) network torch.fx can trace; it is not changed.
     """
-    from simkit.surgery import replace_module
-
     gm = trace(copy.deepcopy(model).eval())
     depth_before, params_before = weighted_depth(gm), count_params(gm)
     folds = 0

@@ -39,7 +39,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from simkit.errors import SimkitError
-from simkit.linearization.prelu import RELU_FUNCTIONS, RELU_METHODS, SlopeReLU
+from simkit.forward import Batch, eval_mode
+from simkit.linearization.prelu import RELU_FUNCTIONS, RELU_METHODS
+from simkit.linearization.slope import SlopeReLU
 from simkit.linearization.trace import dry_run, trace
 
 ACTIVATION_MODULES = (nn.ReLU, nn.ReLU6, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.ELU, nn.SELU,
@@ -104,7 +106,7 @@ class PathLengths:
 def _activation_p(node: fx.Node, gm: fx.GraphModule) -> tuple[float, int] | None:
     """(p, channels) when ``node`` is an activation, else None (channels 0 when unknown)."""
     if node.op == "call_module":
-        module = gm.get_submodule(node.target)
+        module = gm.get_submodule(str(node.target))
         if isinstance(module, SlopeReLU):
             return module.nonlinear_fraction(), module.channels
         if isinstance(module, nn.PReLU):
@@ -133,33 +135,29 @@ def _is_shape_query(node: fx.Node) -> bool:
     return False
 
 
-def _tensor_nodes(gm: fx.GraphModule, example) -> set[fx.Node]:
+def _tensor_nodes(gm: fx.GraphModule, example: Batch) -> set[fx.Node]:
     """Nodes whose value on ``example`` is a tensor (one run through fx's Interpreter, eval mode)."""
     found: set[fx.Node] = set()
 
     class Recorder(fx.Interpreter):
-        def run_node(self, n):
+        def run_node(self, n: fx.Node) -> Any:
             value = super().run_node(n)
             if isinstance(value, torch.Tensor):
                 found.add(n)
             return value
 
-    modes = {m: m.training for m in gm.modules()}
-    gm.eval()
-    try:
+    with eval_mode(gm):
         dry_run(Recorder(gm).run, example)
-    finally:
-        for module, mode in modes.items():
-            module.training = mode
     return found
 
 
 def _in_place(node: fx.Node, gm: fx.GraphModule) -> bool:
     """Whether ``node`` overwrites its first argument (``x.relu_()``, ``ReLU(inplace=True)``, ...)."""
     if node.op == "call_module":
-        return bool(getattr(gm.get_submodule(node.target), "inplace", False))
+        return bool(getattr(gm.get_submodule(str(node.target)), "inplace", False))
     if node.op == "call_method":
-        return node.target.endswith("_") and not node.target.startswith("__")
+        method = str(node.target)
+        return method.endswith("_") and not method.startswith("__")
     if node.op == "call_function":
         name = getattr(node.target, "__name__", "")
         return bool(node.kwargs.get("inplace", False)) or (name.endswith("_") and not name.startswith("__"))
@@ -188,7 +186,7 @@ def _mix(dists: list[np.ndarray], weights: list[float]) -> np.ndarray:
     return out
 
 
-def path_lengths(model: nn.Module, example=None) -> PathLengths:
+def path_lengths(model: nn.Module, example: Batch | None = None) -> PathLengths:
     """NAPL, path-length distributions and activation list of ``model``'s traced graph.
 
     example: optional batch (Tensor (N, ...) or dict); when given, nodes are classified as tensors or
@@ -219,8 +217,9 @@ def path_lengths(model: nn.Module, example=None) -> PathLengths:
         dist = _mix([normalised[n] for n in inputs], [1.0] * len(inputs))
         counts = [counted[n][1] for n in inputs]
         apl_dist = _mix([counted[n][0] for n in inputs], counts)
-        if node.op == "call_module" and isinstance(gm.get_submodule(node.target), OPAQUE_MODULES):
-            warnings.warn(f"{node.target} ({type(gm.get_submodule(node.target)).__name__}) is one torch.fx node; "
+        opaque = gm.get_submodule(str(node.target)) if node.op == "call_module" else None
+        if isinstance(opaque, OPAQUE_MODULES):
+            warnings.warn(f"{node.target} ({type(opaque).__name__}) is one torch.fx node; "
                           "the nonlinearities inside it are not counted in NAPL", RuntimeWarning, stacklevel=2)
         found = _activation_p(node, gm)
         if found is not None:

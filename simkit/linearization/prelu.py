@@ -1,27 +1,17 @@
 """Swap every ReLU of a network for a learnable-slope activation and keep the freeze rule.
 
-:class:`SlopeReLU` computes ``y = relu(x) - α·relu(-x)``: x where x > 0, α·x where x < 0. With α = +0
-it returns exactly ``torch.relu(x)`` bit for bit for every finite x and NaN [ours]: ``α·relu(-x)`` is
-then +0, and ``r - (+0) == r`` for every float r, including relu's own signed zero (torch.relu(-0.0)
-is -0.0). The naive ``torch.where(x >= 0, x, α·x)`` would give -0.0 for negative x; PyTorch's PReLU
-starts at α = 0.25. Only x = -inf differs (0·inf is NaN), as it does for nn.PReLU.
-
 Channel-wise slopes have one α per channel (dim 1 of the input, PyTorch's PReLU convention; the
 count comes from a dry run), layer-wise slopes one α per activation site. Every call site of a ReLU
 gets its own module, even when the original module object is shared (torchvision's BasicBlock calls
 ``self.relu`` twice) or the ReLU is functional (``F.relu``, ``torch.relu``, ``x.relu()``): the model
 is traced with torch.fx and each site becomes a ``call_module`` node of its own.
 
-Freeze rule: once |α − 1| < ``tol`` (0.01), or when an optimizer step carries α across 1, that α is set
-to exactly 1 and marked in the persistent ``frozen`` buffer (saved in the state dict). Frozen slopes
-never move again: the forward reads 1 for them (so their gradient is exactly zero, the gradient
-hook) and :class:`FreezeRule` resets them to 1 after every optimizer step (momentum cannot move them).
+The slope activation itself, its penalty and the freeze rule: :mod:`simkit.linearization.slope`.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -30,122 +20,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from simkit.errors import SimkitError
+from simkit.layers import record_layers
+from simkit.linearization.slope import SlopeReLU
 from simkit.linearization.trace import dry_run, trace
+from simkit.surgery import replace_module
 
 GRANULARITIES = ("channel", "layer")
-FREEZE_TOL = 0.01
 
 RELU_FUNCTIONS = {F.relu: False, torch.relu: False, torch.relu_: True, F.relu_: True}
 RELU_METHODS = {"relu": False, "relu_": True}
-
-
-class SlopeReLU(nn.Module):
-    """PReLU-like activation with slope α on negative inputs and a persistent freeze mask.
-
-    channels: number of slopes (1 = layer-wise; C = channel-wise, broadcast along dim 1).
-    Input (N, C, *) or (N, C); output the same shape. ``alpha`` (channels,) starts at 0 (= ReLU).
-    """
-
-    def __init__(self, channels: int = 1) -> None:
-        super().__init__()
-        if channels < 1:
-            raise SimkitError(f"SlopeReLU needs at least one slope, got {channels}")
-        self.alpha = nn.Parameter(torch.zeros(channels))
-        self.register_buffer("frozen", torch.zeros(channels, dtype=torch.bool))
-
-    @property
-    def channels(self) -> int:
-        return self.alpha.numel()
-
-    def effective_alpha(self) -> Tensor:
-        """(channels,) slopes as the forward uses them: exactly 1 where frozen (zero gradient there)."""
-        return torch.where(self.frozen, torch.ones_like(self.alpha), self.alpha)
-
-    def forward(self, x: Tensor) -> Tensor:
-        alpha = self.effective_alpha().to(x.dtype)
-        if alpha.numel() > 1:
-            if x.dim() < 2 or x.shape[1] != alpha.numel():
-                raise SimkitError(f"SlopeReLU has {alpha.numel()} channel slopes but got input of shape "
-                                  f"{tuple(x.shape)}; channel-wise slopes need (N, C, ...) inputs")
-            alpha = alpha.view([1, -1] + [1] * (x.dim() - 2))
-        return torch.relu(x) - alpha * torch.relu(-x)
-
-    def nonlinear_fraction(self) -> float:
-        """Fraction of slopes with α ≠ 1 (the activation's p_l)."""
-        return float((self.effective_alpha() != 1).float().mean())
-
-    @torch.no_grad()
-    def freeze(self, previous: Tensor | None = None, tol: float = FREEZE_TOL) -> int:
-        """Freeze slopes with |α − 1| < tol or (given the slopes before a step) that crossed 1.
-
-        previous: (channels,) α before the step, or None. Sets frozen α to exactly 1; returns how
-        many slopes were newly frozen.
-        """
-        alpha = self.alpha
-        newly = (alpha - 1).abs() < tol
-        if previous is not None:
-            newly |= (previous - 1) * (alpha - 1) < 0
-        newly &= ~self.frozen
-        self.frozen |= newly
-        alpha[self.frozen] = 1.0
-        return int(newly.sum())
-
-    def extra_repr(self) -> str:
-        return f"channels={self.channels}"
-
-
-def slope_modules(model: nn.Module) -> Iterator[tuple[str, SlopeReLU]]:
-    """(name, module) for every SlopeReLU of ``model``, in registration order."""
-    for name, module in model.named_modules():
-        if isinstance(module, SlopeReLU):
-            yield name, module
-
-
-def slope_penalty(modules: Iterable[SlopeReLU], eps: float) -> Tensor:
-    """Σ over slopes not yet frozen of (|1 − α| + eps)^0.5 (a scalar tensor; frozen slopes add 0)."""
-    total = None
-    for module in modules:
-        term = ((1 - module.alpha).abs() + eps).sqrt()
-        term = torch.where(module.frozen, torch.zeros_like(term), term).sum()
-        total = term if total is None else total + term
-    if total is None:
-        raise SimkitError("model has no SlopeReLU activations to regularise; swap its ReLUs first")
-    return total
-
-
-class FreezeRule:
-    """Applies the freeze rule around every ``optimizer.step()`` (step pre/post hooks).
-
-    Before a step it remembers each α; after it, freezes slopes that reached 1 or crossed it and
-    resets frozen slopes to exactly 1. Use as a context manager around training.
-    """
-
-    def __init__(self, modules: list[SlopeReLU], optimizer: torch.optim.Optimizer,
-                 tol: float = FREEZE_TOL) -> None:
-        self.modules, self.optimizer, self.tol = modules, optimizer, tol
-        self._before: list[Tensor] = []
-        self._handles: list = []
-
-    def _pre(self, *_args) -> None:
-        self._before = [m.alpha.detach().clone() for m in self.modules]
-
-    def _post(self, *_args) -> None:
-        for module, before in zip(self.modules, self._before, strict=True):
-            module.freeze(before, self.tol)
-
-    def __enter__(self) -> FreezeRule:
-        self._handles = [self.optimizer.register_step_pre_hook(self._pre),
-                         self.optimizer.register_step_post_hook(self._post)]
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
-
-
-# ---------------------------------------------------------------------------------------------------
-# finding and swapping ReLU sites
 
 
 @dataclass
@@ -169,7 +52,7 @@ def _scope(node: fx.Node) -> str:
 def _relu_call(node: fx.Node, gm: fx.GraphModule) -> tuple[bool, str] | None:
     """(in_place, origin) when ``node`` applies a ReLU, else None."""
     if node.op == "call_module":
-        module = gm.get_submodule(node.target)
+        module = gm.get_submodule(str(node.target))
         if type(module) is nn.ReLU:
             return module.inplace, str(node.target)
     elif node.op == "call_function" and node.target in RELU_FUNCTIONS:
@@ -243,35 +126,18 @@ def explicit_relus(model: nn.Module) -> tuple[fx.GraphModule, list[ReluSite]]:
     return gm, sites
 
 
-def _run(model: nn.Module, example) -> None:
-    modes = {m: m.training for m in model.modules()}
-    model.eval()
-    try:
-        if isinstance(example, dict):
-            dry_run(lambda *_: model(**example), example)
-        else:
-            dry_run(model, example)
-    finally:
-        for module, mode in modes.items():
-            module.training = mode
-
-
-def site_channels(gm: nn.Module, sites: list[ReluSite], example) -> None:
+def site_channels(gm: nn.Module, sites: list[ReluSite], example: Tensor | dict[str, Tensor]) -> None:
     """Fill ``site.channels`` (size of dim 1 of each site's input) from one dry run in eval mode.
 
-    example: a batch the model accepts, Tensor (N, C, ...) or dict of tensors.
+    example: a batch the model accepts, Tensor (N, C, ...) or dict of tensors. A ReLU keeps the shape
+    of its input, so the recorded output shapes are the input shapes.
     """
-    shapes: dict[str, tuple[int, ...]] = {}
-    handles = []
-    for site in sites:
-        def hook(_module, args, name=site.name):
-            shapes[name] = tuple(args[0].shape)
-        handles.append(gm.get_submodule(site.name).register_forward_pre_hook(hook))
-    try:
-        _run(gm, example)
-    finally:
-        for handle in handles:
-            handle.remove()
+    with record_layers(gm, [site.name for site in sites], reduce="flatten") as recorder:
+        if isinstance(example, dict):
+            dry_run(lambda *_: gm(**example), example)
+        else:
+            dry_run(gm, example)
+        shapes = dict(recorder.shapes)
     for site in sites:
         shape = shapes.get(site.name)
         if shape is None:
@@ -287,8 +153,6 @@ def swap_relus(model: nn.Module, granularity: str, example) -> tuple[fx.GraphMod
     example: a batch (Tensor (N, C, ...) or dict) for the dry run that finds channel counts.
     The copy's outputs equal the original's bit for bit (for finite inputs) until it is trained.
     """
-    from simkit.surgery import replace_module
-
     if granularity not in GRANULARITIES:
         raise SimkitError(f"unknown granularity {granularity!r}; use channel or layer")
     gm, sites = explicit_relus(model)
@@ -303,3 +167,6 @@ def swap_relus(model: nn.Module, granularity: str, example) -> tuple[fx.GraphMod
         replace_module(gm, site.name, slope)
     gm.recompile()
     return gm, sites
+
+
+__all__ = ["GRANULARITIES", "ReluSite", "explicit_relus", "site_channels", "swap_relus"]

@@ -6,10 +6,16 @@ traced graph shows each activation site as one node.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import torch
 import torch.fx as fx
 from torch import nn
 
 from simkit.errors import SimkitError
+from simkit.forward import forward_error
+from simkit.linearization.slope import SlopeReLU
 
 UNTRACEABLE_HINT = (
     "NAPL and linearization need a torch.fx-traceable forward: replace Python `if`/`for` on tensor "
@@ -21,8 +27,6 @@ class LeafTracer(fx.Tracer):
     """fx tracer that also treats simkit's slope activations as leaves (one node per call)."""
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        from simkit.linearization.prelu import SlopeReLU
-
         return isinstance(m, SlopeReLU) or super().is_leaf_module(m, module_qualified_name)
 
 
@@ -42,14 +46,10 @@ def trace(model: nn.Module) -> fx.GraphModule:
     return fx.GraphModule(tracer.root, graph, name)
 
 
-def dry_run(run, example) -> None:
+def dry_run(run: Callable[..., Any], example: torch.Tensor | dict[str, torch.Tensor]) -> None:
     """Call ``run(*inputs)`` once on ``example`` (Tensor (N, ...) or dict of tensors) in eval mode
     without grad; the caller's model modes are its own business. A forward that fails on these inputs
     (wrong shape or dtype for the model) becomes a SimkitError naming the input shape."""
-    import torch
-
-    from simkit.forward import forward_error
-
     args = list(example.values()) if isinstance(example, dict) else [example]
     try:
         with torch.no_grad():

@@ -4,7 +4,11 @@
 * ``knn``: exact chunked ``knn_indices`` and the ``mutual_knn`` score.
 * ``losses``: differentiable ``cka_loss``, ``unbiased_cka_loss``, ``dmnn_loss``, ``soft_mutual_knn``,
   ``alignment_loss(name)``.
-* ``streaming``: accumulators over all layer pairs (dataset-level exact and minibatch modes).
+* ``streaming``: accumulators over all layer pairs (dataset-level exact and minibatch modes), a package
+  with one module per strategy (``minibatch``, ``features``, ``stored``) whose estimators are ``cka``'s.
+
+Layering: this package imports only torch, numpy, scipy, ``simkit.errors`` and itself (never
+``torch.distributed``: the engine combines ranks through the accumulators' sums and payloads).
 
 Activations are ``x (n, p)``, ``y (n, q)``: the same ``n`` examples, flattened per example.
 """

@@ -23,7 +23,7 @@ def as_matrix(x, name: str = "x", dtype: torch.dtype | None = torch.float64) -> 
     t = torch.as_tensor(x)
     if t.dim() != 2:
         raise SimkitError(
-            f"{name} must be a 2-D (n, features) matrix, got shape {tuple(t.shape)}; "
+            f"`{name}` must be a 2-D (n, features) matrix, got shape {tuple(t.shape)}; "
             "flatten each example first, e.g. x.reshape(len(x), -1)"
         )
     if dtype is not None:
@@ -63,7 +63,7 @@ def check_min_n(n: int, minimum: int, what: str) -> None:
 def check_k(k: int, n: int) -> None:
     """Raise unless 1 <= k <= n - 1 (neighbours exclude the point itself)."""
     if int(k) != k or k < 1:
-        raise SimkitError(f"k must be a positive integer, got {k!r}; the default is k=10")
+        raise SimkitError(f"`k` must be a positive integer, got {k!r}; the default is k=10")
     if k > n - 1:
         raise SimkitError(
             f"k={k} neighbours need at least {k + 1} samples, got {n}; use more samples or a smaller k"
@@ -73,20 +73,27 @@ def check_k(k: int, n: int) -> None:
 def check_positive(value: float, name: str) -> None:
     """Raise unless ``value`` is a finite number > 0."""
     if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise SimkitError(f"{name} must be a positive number, got {value!r}")
+        raise SimkitError(f"`{name}` must be a positive number, got {value!r}")
 
 
 def check_chunk(chunk: int | None) -> None:
     """Raise unless ``chunk`` is None (automatic) or a positive integer number of rows."""
     if chunk is not None and (int(chunk) != chunk or chunk < 1):
-        raise SimkitError(f"chunk must be a positive integer (rows per block), got {chunk!r}")
+        raise SimkitError(f"`chunk` must be a positive integer (rows per block), got {chunk!r}")
 
 
 #: A column is constant when its centred second moment is at most this fraction of its second moment
-#: about zero: the one rule of :func:`is_constant`, the exact streaming paths and the minibatch Grams
-#: (:mod:`simkit.metrics.gram`). Squared spread, so a relative spread below about 1e-6 (about 8 float32
-#: rounding steps) counts as constant.
+#: about zero: the one rule (:func:`constant_columns`) of :func:`is_constant`, the exact streaming paths
+#: and the minibatch Grams (:mod:`simkit.metrics.gram`). Squared spread, so a relative spread below
+#: about 1e-6 (about 8 float32 rounding steps) counts as constant.
 CONSTANT_RTOL = 1e-12
+
+
+def constant_columns(centred: Tensor, about_zero: Tensor, rtol: float = CONSTANT_RTOL) -> Tensor:
+    """THE constant rule, per column, from two second moments (any shape, elementwise, bool):
+    ``Σ (x − μ)² ≤ rtol · Σ x²``. :func:`is_constant` applies it to a matrix (hence per batch to the
+    minibatch Grams, :mod:`simkit.metrics.gram`); the exact feature path applies it to its sums."""
+    return centred <= rtol * about_zero
 
 
 def is_constant(x: Tensor, rtol: float = CONSTANT_RTOL) -> bool:
@@ -113,7 +120,7 @@ def is_constant(x: Tensor, rtol: float = CONSTANT_RTOL) -> bool:
         part = x[start:start + step].to(torch.float64) / scale
         spread += ((part - mean) ** 2).sum(0)
         size += (part * part).sum(0)
-    return bool((spread <= rtol * size).all())
+    return bool(constant_columns(spread, size, rtol).all())
 
 
 def warn_undefined(reason: str, stacklevel: int = 3, metric: str = "CKA") -> None:

@@ -5,10 +5,13 @@ Conventions: activations ``x (n, p)`` and ``y (n, q)`` hold the same ``n`` examp
 (:class:`SimkitError` for mismatched ``n``, too few samples, NaN/Inf) and return a Python float. CKA of
 a constant activation is undefined: NaN plus a ``RuntimeWarning`` (the engine adds the layer name).
 
-Building blocks, public because the streaming accumulators (``streaming.py``) reuse them:
+Building blocks, public because the streaming accumulators (``simkit.metrics.streaming``) use them:
+each estimator is written once, here, and both the functions and the accumulators call it.
 
-* Gram side: :func:`gram_linear`, :func:`gram_rbf`, :func:`median_distance`, :func:`center_gram`
-  (``HKH``), :func:`u_center_gram` (Song et al.'s U-centering), :func:`hsic_biased`,
+* Gram side: :func:`gram_linear`, :func:`gram_rbf`, :func:`sq_distances` (the one distance formula),
+  :func:`median_of_distances` / :func:`median_distance` (the one median, chunked),
+  :func:`rbf_from_sq_distances`, :func:`center_gram` (``HKH``), :func:`u_center_gram` with its parts
+  :func:`u_center_offsets` and :func:`u_center_rows` (Song et al.'s U-centering), :func:`hsic_biased`,
   :func:`hsic_unbiased`.
 * Feature side (cheaper when ``p·q < n²``): :func:`gram_fro_sq`, :func:`hsic1_from_terms`,
   :func:`linear_hsic_biased_features`, :func:`linear_hsic_unbiased_features`.
@@ -17,6 +20,8 @@ Building blocks, public because the streaming accumulators (``streaming.py``) re
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -42,25 +47,72 @@ def gram_linear(x: Tensor) -> Tensor:
     return x @ x.T
 
 
+def sq_distances(gram_rows: Tensor, sq: Tensor, idx: Tensor) -> Tensor:
+    """Rows ``idx (r,)`` of the squared Euclidean distance matrix, from rows of the Gram.
+
+    ``gram_rows (..., r, n)`` are the rows ``idx`` of ``x xᵀ`` and ``sq (..., n)`` the squared row norms
+    (leading layer axes allowed): ``(sq_i + sq_j − 2 K_ij)`` clamped at 0, exactly 0 at ``(k, idx[k])``
+    (self-distances). The one distance formula of the module and of the streaming accumulators.
+    """
+    d2 = (sq[..., idx, None] + sq[..., None, :] - 2.0 * gram_rows).clamp_min(0.0)
+    off = torch.arange(sq.shape[-1], device=idx.device)[None, :] != idx[:, None]
+    return d2 * off.to(d2.dtype)
+
+
 def _sq_distances(x: Tensor) -> Tensor:
     """Squared Euclidean distances ``(n, n)`` between the rows of ``x (n, p)``, exact zeros on the diagonal."""
-    sq = (x * x).sum(1)
-    d2 = (sq[:, None] + sq[None, :] - 2.0 * (x @ x.T)).clamp_min(0.0)
-    return d2 * (1.0 - torch.eye(len(x), dtype=x.dtype, device=x.device))
+    return sq_distances(x @ x.T, (x * x).sum(1), torch.arange(len(x), device=x.device))
 
 
-def median_distance(x: Tensor) -> Tensor:
+def default_chunk(n: int) -> int:
+    """Rows per block so that a block of ``chunk × n`` distances holds about 2**24 entries."""
+    return max(1, min(n, 2**24 // max(n, 1)))
+
+
+def median_of_distances(sq_rows: Callable[[Tensor], Tensor], n: int, chunk: int | None = None,
+                        device: torch.device | str | None = None) -> Tensor:
+    """Exact median Euclidean distance over the ``n(n−1)/2`` pairs ``i < j`` (numpy's ``median``).
+
+    ``sq_rows(idx)`` gives rows ``idx`` of the squared distance matrix (:func:`sq_distances`); they are
+    asked for ``chunk`` rows at a time (default :func:`default_chunk`), so only the ``n(n−1)/2``
+    distances are held, never the ``n × n`` matrix. The one median of simkit (the functions, the
+    minibatch Grams and the stored exact path all use it). Returns a 0-d tensor.
+    """
+    if n < 2:
+        raise SimkitError(f"a median pairwise distance needs at least 2 samples, got {n}")
+    step = int(chunk or default_chunk(n))
+    parts = []
+    for start in range(0, n, step):
+        idx = torch.arange(start, min(n, start + step), device=device)
+        upper = torch.arange(n, device=device)[None, :] > idx[:, None]
+        parts.append(sq_rows(idx)[upper].sqrt())
+    return exact_quantile(torch.cat(parts), 0.5)
+
+
+def median_distance(x: Tensor, chunk: int | None = None) -> Tensor:
     """Median Euclidean distance over the ``n(n−1)/2`` pairs ``i < j`` of rows of ``x (n, p)``.
 
     The diagonal (zero self-distances) is excluded; with an even number of pairs the two middle values
-    are averaged (numpy's ``median``). Returns a 0-d tensor.
+    are averaged (numpy's ``median``). ``chunk`` rows of distances at a time (:func:`median_of_distances`).
+    Returns a 0-d tensor.
     """
-    n = len(x)
-    if n < 2:
-        raise SimkitError(f"a median pairwise distance needs at least 2 samples, got {n}")
-    iu = torch.triu_indices(n, n, offset=1, device=x.device)
-    d = _sq_distances(x)[iu[0], iu[1]].sqrt()
-    return exact_quantile(d, 0.5)
+    sq = (x * x).sum(1)
+    return median_of_distances(lambda idx: sq_distances(x[idx] @ x.T, sq, idx), len(x), chunk, x.device)
+
+
+def rbf_from_sq_distances(d2: Tensor, sigma: Tensor | float) -> Tensor:
+    """The RBF kernel ``exp(−d² / (2σ²))`` of squared distances ``d2``; ``σ`` broadcasts against ``d2``.
+
+    A zero bandwidth gives the ``σ → 0`` limit ``K = [d = 0]`` (used per batch by the minibatch path;
+    the full-data functions refuse σ = 0 before they get here).
+    """
+    if isinstance(sigma, float) and sigma > 0:
+        return torch.exp(-d2 / (2.0 * sigma * sigma))
+    two_s2 = 2.0 * sigma * sigma
+    if not isinstance(two_s2, Tensor):
+        two_s2 = torch.as_tensor(two_s2, dtype=d2.dtype, device=d2.device)
+    k = torch.exp(-d2 / torch.where(two_s2 > 0, two_s2, torch.ones_like(two_s2)))
+    return torch.where(two_s2 > 0, k, (d2 == 0).to(d2.dtype))
 
 
 def gram_rbf(x: Tensor, factor: float = 1.0, sigma: float | None = None) -> Tensor:
@@ -75,12 +127,12 @@ def gram_rbf(x: Tensor, factor: float = 1.0, sigma: float | None = None) -> Tens
         if not bool(sigma_t > 0):
             raise SimkitError(
                 "RBF bandwidth is 0: the median pairwise distance is 0 (most samples are duplicates); "
-                "pass sigma= explicitly or use linear CKA"
+                "pass `sigma` explicitly or use linear CKA"
             )
     else:
         check_positive(sigma, "sigma")
         sigma_t = torch.as_tensor(float(sigma), dtype=x.dtype, device=x.device)
-    return torch.exp(-_sq_distances(x) / (2.0 * sigma_t * sigma_t))
+    return rbf_from_sq_distances(_sq_distances(x), sigma_t)
 
 
 # ------------------------------------------------------------------------------------------ centering
@@ -93,19 +145,33 @@ def center_gram(k: Tensor) -> Tensor:
     return k - row - col + k.mean((-2, -1), keepdim=True)
 
 
+def u_center_offsets(colsum: Tensor, n: int) -> Tensor:
+    """The offsets ``m`` of Song et al.'s U-centring from the column sums ``(..., n)`` of ``K̃`` (``K``
+    with its diagonal zeroed): ``m = colsum / (n−2)``, ``m −= Σm / (2(n−1))`` (spec §0.2)."""
+    m = colsum / (n - 2)
+    return m - m.sum(-1, keepdim=True) / (2 * (n - 1))
+
+
+def u_center_rows(k_rows: Tensor, m: Tensor, idx: Tensor) -> Tensor:
+    """Rows ``idx (r,)`` of the U-centred Gram ``G = K̃ − m_i − m_j`` (diagonal zero) from rows
+    ``k_rows (..., r, n)`` of ``K`` (their diagonal entries are ignored) and offsets ``m (..., n)``
+    (:func:`u_center_offsets`). Out of place (differentiable)."""
+    off = torch.arange(m.shape[-1], device=idx.device)[None, :] != idx[:, None]
+    return (k_rows - m[..., idx, None] - m[..., None, :]) * off.to(k_rows.dtype)
+
+
 def u_center_gram(k: Tensor) -> Tensor:
     """Song et al.'s U-centering of a symmetric ``k (..., n, n)``, ``n ≥ 4`` (spec §0.2).
 
     Diagonal zeroed, ``m = colsum / (n−2)``, ``m −= Σm / (2(n−1))``, ``G = K̃ − m_i − m_j``, diagonal
     zeroed again; so that ``⟨U(K), U(L)⟩_F = n(n−3)·HSIC_1(K, L)``. Out of place (differentiable).
+    The streaming accumulators build the same rows from :func:`u_center_offsets` and :func:`u_center_rows`.
     """
     n = k.shape[-1]
     check_min_n(n, 4, "U-centering (unbiased HSIC)")
     off = 1.0 - torch.eye(n, dtype=k.dtype, device=k.device)
-    g = k * off
-    m = g.sum(-2) / (n - 2)
-    m = m - m.sum(-1, keepdim=True) / (2 * (n - 1))
-    return (g - m[..., :, None] - m[..., None, :]) * off
+    m = u_center_offsets((k * off).sum(-2), n)
+    return u_center_rows(k, m, torch.arange(n, device=k.device))
 
 
 def _check_grams(K: Tensor, L: Tensor) -> int:
@@ -209,12 +275,19 @@ def _linear_hsic_unbiased_self(x: Tensor) -> Tensor:
     return hsic1_from_terms(len(x), *_u_terms(xc, xc, "auto", same=True))
 
 
-def cka_ratio(hxy: Tensor, hxx: Tensor, hyy: Tensor) -> Tensor:
-    """``hxy / sqrt(hxx · hyy)``; NaN and a warning when the denominator is not positive."""
+def cka_ratio(hxy: Tensor, hxx: Tensor, hyy: Tensor, warn: bool = True) -> Tensor:
+    """``hxy / sqrt(hxx · hyy)`` (shapes broadcast, e.g. ``(La, 1)`` × ``(1, Lb)`` for all layer pairs).
+
+    Where the denominator is not positive (a side without variance under this kernel) the value is NaN,
+    with a warning unless ``warn=False`` (the streaming accumulators warn themselves, naming the layers).
+    The one CKA ratio of simkit.
+    """
     den = hxx * hyy
-    if not bool((den > 0).all()):
+    ok = den > 0
+    if warn and not bool(ok.all()):
         warn_undefined("an activation has zero variance under this kernel", stacklevel=4)
-    return hxy / den.clamp_min(0).sqrt()
+    out = hxy / den.clamp_min(0).sqrt()
+    return torch.where(ok, out, torch.full_like(out, float("nan")))
 
 
 # --------------------------------------------------------------------------------------- tensor cores

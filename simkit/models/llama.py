@@ -39,6 +39,8 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 class CausalSelfAttention(nn.Module):
+    cos: Tensor  # rotary tables (buffers, not saved)
+    sin: Tensor
     """Multi-head causal attention with rotary positions: x (b, t, d) → (b, t, d).
 
     ``out`` is the output projection (zeroed by a net2net graft).

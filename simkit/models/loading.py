@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from simkit.errors import SimkitError, unknown_name_error
+from simkit.io import atomic_write, write_json
 from simkit.models.zoo import ZOO, build_zoo, parse_kwargs, resolve
 
 KINDS = ("torchvision:NAME", "timm:NAME", "hf:DIR", "file:PATH", "python:pkg.mod:callable", "simkit:NAME")
@@ -104,7 +105,7 @@ def _torchvision(*, spec, rest, seed, trust, num_classes) -> nn.Module:
         raise unknown_name_error("torchvision model", name, available)
     if kwargs.get("weights") is not None:
         raise SimkitError(f"model spec {spec!r}: pretrained torchvision weights would be downloaded; "
-                          "download them yourself and pass weights=PATH (--weights) instead")
+                          "download them yourself and pass the local file as `weights` instead")
     kwargs["weights"] = None
     try:
         return torchvision.models.get_model(name, **kwargs)
@@ -120,7 +121,7 @@ def _timm(*, spec, rest, seed, trust, num_classes) -> nn.Module:
     name, kwargs = _name_and_kwargs(spec, rest, num_classes)
     if kwargs.pop("pretrained", False):
         raise SimkitError(f"model spec {spec!r}: pretrained timm weights would be downloaded; "
-                          "pass a local weights file with weights=PATH (--weights) instead")
+                          "pass a local weights file as `weights` instead")
     available = timm.list_models()
     if name not in available:
         raise unknown_name_error("timm model", name, available)
@@ -297,7 +298,7 @@ def _file(*, spec, rest, seed, trust, num_classes) -> nn.Module:
             arch = _sidecar_spec(sidecar, spec)
             if arch.startswith("python:") and not trust:
                 raise SimkitError(f"model spec {spec!r}: {str(sidecar)!r} names the architecture {arch!r}, "
-                                  "which imports and runs Python code; pass --trust (trust=True) if you trust "
+                                  "which imports and runs Python code; pass `trust` if you trust "
                                   "it, or give file:PATH,arch=SPEC yourself")
         return _with_state(arch, path, spec, seed, num_classes)
     if _is_torchscript(path):
@@ -311,7 +312,7 @@ def _file(*, spec, rest, seed, trust, num_classes) -> nn.Module:
     except Exception:
         if not trust:
             raise SimkitError(f"model spec {spec!r}: {str(path)!r} is a pickled object and loading it "
-                              "executes code from the file; pass --trust (trust=True) if you trust it, "
+                              "executes code from the file; pass `trust` if you trust it, "
                               "or save with simkit.models.save_model") from None
         obj = torch.load(path, map_location="cpu", weights_only=False)
     if isinstance(obj, dict):
@@ -363,8 +364,6 @@ def save_model(model: nn.Module, path: str | Path, spec: str) -> Path:
     unpickling. Returns the ``.safetensors`` path.
     """
     from safetensors.torch import save_file
-
-    from simkit.io import atomic_write, write_json
 
     if isinstance(spec, str) and spec.startswith("file:"):
         raise SimkitError("save_model: spec must name the architecture (e.g. simkit:cnn1d), not a file")

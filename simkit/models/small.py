@@ -78,7 +78,9 @@ class MLP(nn.Module):
 
     def example_input(self) -> Tensor:
         """One zero sample (1, in_features) for dry runs (`simkit layers`)."""
-        return torch.zeros(1, self.blocks[0].fc.in_features)
+        first = self.blocks[0]
+        assert isinstance(first, DenseBlock) and isinstance(first.fc, nn.Linear)
+        return torch.zeros(1, first.fc.in_features)
 
 
 class _ConvNet(nn.Module):

@@ -33,7 +33,7 @@ def _arm_label(row: pd.Series) -> str:
 
 def stage_heatmaps(stages: pd.DataFrame) -> list[dict[str, Any]]:
     """One (stage × layer) CKA heatmap per (schedule, metric, guide_init) arm."""
-    out = []
+    out: list[dict[str, Any]] = []
     if stages.empty:
         return out
     for (schedule, metric, init), part in stages.groupby(["schedule", "metric", "guide_init"], sort=False):
@@ -47,7 +47,7 @@ def stage_heatmaps(stages: pd.DataFrame) -> list[dict[str, Any]]:
 
 def loss_curves(curves: pd.DataFrame) -> list[dict[str, Any]]:
     """Per arm: one plot of the alignment loss per stage, one of the task loss (head, fine-tune)."""
-    out = []
+    out: list[dict[str, Any]] = []
     if curves.empty:
         return out
     frame = curves.fillna({"schedule": "", "metric": "", "guide_init": ""})

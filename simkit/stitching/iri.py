@@ -21,11 +21,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
+from simkit.distributed import is_main_process
 from simkit.errors import SimkitError
 from simkit.io import atomic_write
 from simkit.progress import progress_bar
+from simkit.seeding import generator as seeded_generator
 
 SEEDS = ("data", "noise")
 OPTIMIZERS = ("sgd", "adam")
@@ -87,7 +90,7 @@ def relative_error(front: nn.Module, x: Tensor, target: Tensor) -> Tensor:
 def seed_indices(n: int, generator: torch.Generator) -> Tensor:
     """A random derangement of 0..n-1: sample i starts from training input seed_indices[i] ≠ i."""
     if n < 2:
-        raise SimkitError("IRIs seeded from other training inputs need at least 2 inputs; use --iri-seed noise")
+        raise SimkitError("IRIs seeded from other training inputs need at least 2 inputs; use `iri_seed` noise")
     perm = torch.randperm(n, generator=generator)
     shift = int(torch.randint(1, n, (1,), generator=generator))
     out = torch.empty(n, dtype=torch.long)
@@ -160,10 +163,6 @@ def cache_key(model_fingerprint: str, layer: str, data_key: str, settings: IRISe
 
 def _save(path: Path, tensors: dict[str, Tensor], metadata: dict[str, str]) -> None:
     """Write one cache file (rank 0 only under torchrun: every rank computed the same IRIs)."""
-    from safetensors.torch import save_file
-
-    from simkit.distributed import is_main_process
-
     if not is_main_process():
         return
     atomic_write(path, lambda p: save_file({k: v.contiguous() for k, v in tensors.items()}, str(p),
@@ -171,8 +170,6 @@ def _save(path: Path, tensors: dict[str, Tensor], metadata: dict[str, str]) -> N
 
 
 def _load(path: Path) -> dict[str, Tensor]:
-    from safetensors.torch import load_file
-
     return load_file(str(path))
 
 
@@ -200,7 +197,7 @@ def generate_iris(front: nn.Module, x: Tensor, settings: IRISettings, *, value_r
             saved = _load(path)
             return IRISet(saved["iris"], saved["rel_error"], saved["steps"], saved["seed_index"],
                           settings.tol), {"cache": "hit", "path": str(path)}
-    generator = torch.Generator().manual_seed(seed)
+    generator = seeded_generator(seed)
     if settings.seed == "data":
         seeds = seed_indices(n, generator)
         starts = None
@@ -230,7 +227,7 @@ def generate_iris(front: nn.Module, x: Tensor, settings: IRISettings, *, value_r
                                 "done": torch.tensor(done)}, {})
             bar.update(task, completed=done)
     result = IRISet(iris, errors, steps, seeds, settings.tol)
-    if path is None:
+    if path is None or key_parts is None:
         return result, {"cache": "off", "path": None}
     _save(path, {"iris": iris, "rel_error": errors, "steps": steps, "seed_index": seeds},
           {"settings": json.dumps(asdict(settings)), **{k: str(v) for k, v in key_parts.items()}})

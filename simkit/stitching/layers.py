@@ -69,7 +69,15 @@ class LeastSquares:
 
     def fit(self, x: Tensor | Iterable[tuple[Tensor, Tensor]], y: Tensor | None = None) -> LeastSquares:
         """Fit on ``x (n, p)``, ``y (n, q)``, or on an iterable of such ``(x, y)`` batches."""
-        pairs = [(x, y)] if y is not None else x
+        pairs: Iterable[tuple[Tensor, Tensor]]
+        if y is not None:
+            if not isinstance(x, Tensor):
+                raise SimkitError("least squares: give `x` as a tensor when `y` is given")
+            pairs = [(x, y)]
+        else:
+            if isinstance(x, Tensor):
+                raise SimkitError("least squares: give `y`, or `x` as an iterable of (x, y) batches")
+            pairs = x
         n = 0
         for xb, yb in pairs:
             xb = xb.detach().to(torch.float64).reshape(len(xb), -1)
@@ -122,6 +130,7 @@ class StitchLayer(nn.Module):
         check_bridgeable(tuple(shape_a), tuple(shape_b), layout, layout)
         self.shape_a, self.shape_b, self.layout = tuple(shape_a), tuple(shape_b), layout
         p, q = self.features(shape_a), self.features(shape_b)
+        self.map: nn.Linear | nn.Conv1d | nn.Conv2d
         if layout in ("vector", "tokens"):
             self.map = nn.Linear(p, q)
         elif layout == "map1d":
@@ -159,10 +168,12 @@ class StitchLayer(nn.Module):
 
     def set_affine(self, coef: Tensor, intercept: Tensor) -> None:
         """Set the map to ``coef (q, p)``, ``intercept (q,)``."""
+        weight, bias = self.map.weight, self.map.bias
+        if bias is None:  # every map is built with a bias
+            raise SimkitError("the stitch map has no bias to set")
         with torch.no_grad():
-            weight = self.map.weight
             weight.copy_(coef.to(weight).reshape(weight.shape))
-            self.map.bias.copy_(intercept.to(weight))
+            bias.copy_(intercept.to(weight))
 
     def fit(self, pairs: Iterable[tuple[Tensor, Tensor]], ridge: float = 0.0) -> StitchLayer:
         """Least-squares (DM closed form) fit on batches ``(h_a (b, *shape_a), h_b (b, *shape_b))``.

@@ -1,4 +1,4 @@
-"""``run_stitching``: standard and invariance-aware stitching over layer pairs and objectives.
+"""``stitch``: standard and invariance-aware stitching over layer pairs and objectives.
 
 For each (layer of A, layer of B) pair and each setting — ``standard`` (the stitch is trained on clean
 training inputs) and, with ``iri=True``, ``iri`` (trained only on IRIs of A at the stitch layer, with
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -20,40 +21,30 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
+from simkit.data import Dataset
 from simkit.errors import SimkitError
-from simkit.forward import check_accepts, resolve_device
+from simkit.forward import check_accepts, modes_kept, resolve_device
 from simkit.results import StitchResult
+from simkit.rundir import RunDir, fingerprint, open_run_dir
 from simkit.runinfo import Timer, run_meta
-from simkit.stitching.halves import BackHalf, FrontHalf, record
-from simkit.stitching.iri import IRISet, IRISettings, fingerprint, generate_iris, tensor_digest
+from simkit.stitching.halves import BackHalf, FrontHalf, frozen_copy, record
+from simkit.stitching.iri import IRISet, generate_iris, tensor_digest
+from simkit.stitching.iri import fingerprint as weights_digest
 from simkit.stitching.layers import StitchLayer, check_bridgeable, infer_layout
-from simkit.stitching.objectives import DESCRIPTIONS, parse_objectives
+from simkit.stitching.objectives import DESCRIPTIONS
 from simkit.stitching.pairs import layer_pairs
+from simkit.stitching.settings import StitchSettings
 from simkit.stitching.stitched import StitchedModel, StitchLoss
+from simkit.training import TrainConfig, TrainHistory, evaluate_accuracy, fit
+
+__all__ = ["COLUMNS", "DEFAULT_CACHE", "StitchResult", "StitchSettings", "stitch"]
 
 COLUMNS = ["layer_a", "layer_b", "objective", "setting", "stitched_accuracy", "b_accuracy", "penalty"]
 DEFAULT_CACHE = Path("runs/.iri-cache")
+COMMAND = "stitch"
 
 
-def _model(model: nn.Module | str, name: str, seed: int, trust: bool) -> tuple[nn.Module, str]:
-    if isinstance(model, nn.Module):
-        return model, f"<{type(model).__name__} object>"
-    from simkit.models import load_model
-
-    return load_model(model, seed=seed, trust=trust), model
-
-
-def _data(data: Any, n: int | None, seed: int):
-    from simkit.data import Dataset, load_data
-
-    if isinstance(data, Dataset):
-        return (data.cap(n) if n is not None else data), data.spec
-    if isinstance(data, str):
-        return load_data(data, n=n, seed=seed), data
-    raise SimkitError(f"data must be a spec string or a simkit Dataset, got {type(data).__name__}")
-
-
-def _value_range(train, x: Tensor) -> tuple[tuple[float, float], str]:
+def _value_range(train: Dataset, x: Tensor) -> tuple[tuple[float, float], str]:
     value_range = train.info.get("value_range")
     if value_range is not None:
         return (float(value_range[0]), float(value_range[1])), "data info"
@@ -66,7 +57,7 @@ def _check_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
 
 
-def _batches(x: Tensor, size: int):
+def _batches(x: Tensor, size: int) -> Iterator[Tensor]:
     for start in range(0, len(x), size):
         yield x[start:start + size]
 
@@ -74,7 +65,7 @@ def _batches(x: Tensor, size: int):
 def _lstsq_state(front: FrontHalf, back: BackHalf, stitch: StitchLayer, x: Tensor, batch_size: int,
                  device: torch.device) -> tuple[dict[str, Tensor], float]:
     """Least-squares (DM) init of ``stitch`` from inputs ``x (n, ...)``: (state_dict, DM residual)."""
-    def pairs():
+    def pairs() -> Iterator[tuple[Tensor, Tensor]]:
         for xb in _batches(x, batch_size):
             xb = xb.to(device)
             with torch.no_grad(), record(back.model, [back.layer]) as acts:
@@ -88,10 +79,12 @@ def _lstsq_state(front: FrontHalf, back: BackHalf, stitch: StitchLayer, x: Tenso
 
 @torch.no_grad()
 def _accuracy(model: nn.Module, x: Tensor, y: Tensor | None) -> float:
-    """Top-1 accuracy on the clean test set; NaN when the data has no labels."""
-    from simkit.training import evaluate_accuracy
-
-    return float("nan") if y is None else evaluate_accuracy(model, x, y, batch_size=512)
+    """Top-1 accuracy on the clean test set (in eval mode, every module's own mode kept after it);
+    NaN when the data has no labels."""
+    if y is None:
+        return float("nan")
+    with modes_kept(model):
+        return evaluate_accuracy(model, x, y, batch_size=512)
 
 
 def _histogram(errors: Tensor, bins: int = 30) -> dict[str, list[float]]:
@@ -119,59 +112,61 @@ def _relative_depth(model: nn.Module, name: str) -> float:
     return (names.index(name) + 1) / len(names)
 
 
-def run_stitching(model_a: nn.Module | str, model_b: nn.Module | str, data: Any, *,
-                  layer_a: str | list[str] | None = None, layer_b: str | list[str] | None = None,
-                  layers: str | None = None, objectives: str | list[str] = "fula", iri: bool = False,
-                  steps: int = 300, batch_size: int = 128, lr: float = 1e-3, init: str = "lstsq",
-                  iri_settings: IRISettings | None = None, seed: int = 0, n: int | None = None,
-                  trust: bool = False, run_dir: str | Path | None = None, resume: bool = False,
-                  cache_dir: str | Path | None = DEFAULT_CACHE, device: str = "cpu", tokens: bool = False,
-                  progress: bool = True, examples: int = 4) -> StitchResult:
+def stitch(model_a: nn.Module, model_b: nn.Module, data: Dataset, settings: StitchSettings | None = None, *,
+           run_dir: RunDir | str | Path | None = None, resume: bool = False, device: str | torch.device = "cpu",
+           progress: bool = True, cache_dir: str | Path | None = DEFAULT_CACHE,
+           names: Sequence[str] = ("model_a", "model_b")) -> StitchResult:
     """Stitch A's front half into B's back half at each layer pair; standard and (with ``iri``) IRI arms.
 
-    model_a / model_b: modules or model specs (loaded with ``seed`` / ``trust``); never modified.
-    data: a Dataset or data spec (needs labels for HLM and for accuracies); its native test split (or
-    a seeded 80/20 split) is the clean evaluation set, the rest trains the stitches and seeds IRIs.
-    layer_a / layer_b: module names (comma lists pair up) or ``layers="auto"``.
-    objectives: comma list of hlm, slm, dm, fula. steps / batch_size / lr: stitch training (Adam);
-    steps=0 keeps the least-squares init. init: "lstsq" or "default" (PyTorch init / identity).
-    iri_settings: how IRIs are made (:class:`IRISettings`). cache_dir: IRI cache (None: no cache).
-    run_dir / resume: checkpoints of every stitch under ``run_dir/checkpoints`` and resume from them.
-    tokens: read 2-D activations (T, d) as tokens (linear stitch) rather than (C, L) feature maps.
+    model_a / model_b: the front (A) and back (B) models; never modified (halves work on frozen copies).
+    data: a simkit Dataset (labels needed for HLM and for accuracies); its native test split (or a
+    seeded 80/20 split) is the clean evaluation set, the rest trains the stitches and seeds IRIs.
+    settings: what decides the numbers (:class:`StitchSettings`; default: the command's defaults).
+    run_dir / resume: checkpoints of every stitch under ``run_dir/checkpoints`` and resume from them
+    (a path is checked against the settings and fingerprints of the models and data, so a resume with
+    other inputs is refused; a :class:`~simkit.rundir.RunDir` is used as it is).
+    device: cpu, cuda or cuda:N. progress: progress bars. cache_dir: IRI cache (None: no cache).
+    names: the models' names in the result (the CLI passes the specs).
     """
     timer = Timer()
-    names = parse_objectives(objectives)
-    if init not in ("lstsq", "default"):
-        raise SimkitError(f"unknown stitch init {init!r}; use 'lstsq' (least squares) or 'default'")
-    if steps < 0 or batch_size < 1:
-        raise SimkitError(f"steps must be >= 0 and batch size >= 1, got {steps}, {batch_size}")
-    iri_settings = iri_settings or IRISettings()
-    iri_settings.validate()
+    settings = settings if settings is not None else StitchSettings()
+    if not isinstance(settings, StitchSettings):
+        raise SimkitError(f"`settings` must be a StitchSettings, got {type(settings).__name__}")
+    settings.validate()
+    objectives = settings.objectives
+    for label, model in (("model_a", model_a), ("model_b", model_b)):
+        if not isinstance(model, nn.Module):
+            raise SimkitError(f"`{label}` must be a torch.nn.Module, got {type(model).__name__}; load a model "
+                              "spec with simkit.models.load_model")
+    if not isinstance(data, Dataset):
+        raise SimkitError(f"`data` must be a simkit Dataset, got {type(data).__name__}; load a data spec "
+                          "with simkit.data.load_data")
+    name_a, name_b = (str(name) for name in names)
+    seed = settings.seed
     dev = resolve_device(device)
     with timer("load"):
-        net_a, spec_a = _model(model_a, "A", seed, trust)
-        net_b, spec_b = _model(model_b, "B", seed, trust)
-        dataset, data_spec = _data(data, n, seed)
+        dataset = data.cap(settings.n)
         train, test = dataset.train_test(seed=seed)
-    if isinstance(train.inputs, dict):
-        raise SimkitError("simkit stitch needs tensor inputs (images, signals, vectors), not tokenised text")
-    if "hlm" in names and train.labels is None:
-        raise SimkitError(f"the HLM objective needs labels but data {data_spec!r} has none; "
-                          "use a labelled data spec or drop hlm from --objective")
-    if test.labels is None:
-        warnings.warn(f"data {data_spec!r} has no labels: accuracies and penalties are NaN", stacklevel=2)
-    pairs = layer_pairs(net_a, net_b, layer_a, layer_b, layers)
     x_train, y_train = train.inputs, train.labels
     x_test, y_test = test.inputs, test.labels
-    tokens = tokens or any(isinstance(m, nn.Embedding) for m in net_a.modules())
+    if isinstance(x_train, dict) or isinstance(x_test, dict):
+        raise SimkitError("simkit stitch needs tensor inputs (images, signals, vectors), not tokenised text")
+    if "hlm" in objectives and train.labels is None:
+        raise SimkitError(f"the HLM objective needs labels but data {data.spec!r} has none; "
+                          "use labelled data or drop hlm from `objective`")
+    if test.labels is None:
+        warnings.warn(f"data {data.spec!r} has no labels: accuracies and penalties are NaN", stacklevel=2)
+    pairs = layer_pairs(model_a, model_b, settings.layer_a, settings.layer_b, settings.layers)
+    tokens = settings.tokens or any(isinstance(m, nn.Embedding) for m in model_a.modules())
+    _train_config(settings, progress, "check").validate()
 
     # plan: cut both models at every pair and check that a stitch can bridge the shapes (fail fast)
     plan = []
     probe = x_train[:2].to(dev)
-    check_accepts(net_a, probe, "model A")
-    check_accepts(net_b, probe, "model B")
+    check_accepts(model_a, probe, "model A")
+    check_accepts(model_b, probe, "model B")
     for la, lb in pairs:
-        front, back = FrontHalf(net_a, la).to(dev), BackHalf(net_b, lb).to(dev)
+        front, back = FrontHalf(model_a, la).to(dev), BackHalf(model_b, lb).to(dev)
         back.probe(probe)
         with torch.no_grad(), record(back.model, [lb]) as acts:
             back.model(probe)
@@ -180,23 +175,29 @@ def run_stitching(model_a: nn.Module | str, model_b: nn.Module | str, data: Any,
         layout_a, layout_b = infer_layout(shape_a, tokens=tokens), infer_layout(shape_b, tokens=tokens)
         check_bridgeable(shape_a, shape_b, layout_a, layout_b, where=f"A.{la} → B.{lb}")
         plan.append((la, lb, front, back, shape_a, shape_b, layout_a))
+    value_range, range_source = _value_range(train, x_train)
+    run = open_run_dir(run_dir, COMMAND, _python_inputs(run_dir, settings, model_a, model_b, data),
+                       resume=resume)
 
     with timer("evaluate"):
-        a_acc = _accuracy(_frozen(net_a).to(dev), x_test, y_test)
+        a_acc = _accuracy(frozen_copy(model_a).to(dev), x_test, y_test)
         b_acc = _accuracy(plan[0][3].model, x_test, y_test)
 
-    settings = ["standard"] + (["iri"] if iri else [])
-    value_range, range_source = _value_range(train, x_train)
+    arms = ["standard"] + (["iri"] if settings.iri else [])
+    iri_settings = settings.iri_settings()
     iri_sets: dict[str, IRISet] = {}
     iri_cache: dict[str, Any] = {}
     cut_modes: dict[str, str] = {}
     rows, train_rows = [], []
-    data_key = f"{data_spec}|n={len(train)}|{tensor_digest(x_train)}"
-    fp_a = fingerprint(net_a) if iri else ""
+    data_key = f"{data.spec}|n={len(train)}|{tensor_digest(x_train)}"
+    fp_a = weights_digest(model_a) if settings.iri else ""
+    if run is not None:
+        run.start()  # the first write: everything above was checking
+    checkpoints = run.path if run is not None else None
     for la, lb, front, back, shape_a, shape_b, layout in plan:
         cut_modes[f"{la}->{lb}"] = back.mode if back.mode == "cut" else f"replace ({back.reason})"
-        for setting in settings:
-            if setting == "iri":
+        for arm in arms:
+            if arm == "iri":
                 if la not in iri_sets:
                     with timer("iri"):
                         iri_sets[la], iri_cache[la] = generate_iris(
@@ -208,26 +209,25 @@ def run_stitching(model_a: nn.Module | str, model_b: nn.Module | str, data: Any,
                 inputs = x_train
             stitch0 = StitchLayer(shape_a, shape_b, layout).to(dev)
             residual = float("nan")
-            if init == "lstsq":
+            if settings.init == "lstsq":
                 with timer("lstsq"):
                     init_state, residual = _lstsq_state(front, back, stitch0, inputs, 256, dev)
             else:
                 init_state = {k: v.clone() for k, v in stitch0.state_dict().items()}
-            for objective in names:
-                stitch = StitchLayer(shape_a, shape_b, layout).to(dev)
-                stitch.load_state_dict(init_state)
-                stitched = StitchedModel(front, stitch, back)
-                config = _train_config(steps, batch_size, lr, seed, progress,
-                                       f"{setting} {objective} A.{la}→B.{lb}")
+            for objective in objectives:
+                layer = StitchLayer(shape_a, shape_b, layout).to(dev)
+                layer.load_state_dict(init_state)
+                stitched = StitchedModel(front, layer, back)
+                config = _train_config(settings, progress, f"{arm} {objective} A.{la}→B.{lb}")
                 data_t = (inputs, y_train) if y_train is not None else (inputs,)
                 with timer("train"):
-                    history = _fit(stitch, StitchLoss(objective, stitched), data_t, config, run_dir,
-                                   _check_name(f"stitch_{la}__{lb}__{objective}__{setting}"), resume)
+                    history = _fit(layer, StitchLoss(objective, stitched), data_t, config, checkpoints,
+                                   _check_name(f"stitch_{la}__{lb}__{objective}__{arm}"), resume)
                 with timer("evaluate"):
                     acc = _accuracy(stitched, x_test, y_test)
-                rows.append({"layer_a": la, "layer_b": lb, "objective": objective, "setting": setting,
+                rows.append({"layer_a": la, "layer_b": lb, "objective": objective, "setting": arm,
                              "stitched_accuracy": acc, "b_accuracy": b_acc, "penalty": b_acc - acc})
-                train_rows.append({"layer_a": la, "layer_b": lb, "objective": objective, "setting": setting,
+                train_rows.append({"layer_a": la, "layer_b": lb, "objective": objective, "setting": arm,
                                    "steps": history.steps,
                                    "final_loss": history.losses[-1] if history.losses else float("nan"),
                                    "lstsq_dm_residual": residual, "cut": back.mode})
@@ -236,27 +236,29 @@ def run_stitching(model_a: nn.Module | str, model_b: nn.Module | str, data: Any,
     summary: dict[str, Any] = {"a_accuracy": a_acc, "b_accuracy": b_acc, "iri_relative_error_median": None}
     if iri_sets:
         summary["iri_relative_error_median"] = float(torch.cat([s.rel_error for s in iri_sets.values()]).median())
-    for objective in names:
-        for setting in settings:
-            part = table[(table.objective == objective) & (table.setting == setting)]
-            summary[f"mean_penalty_{objective}_{setting}"] = float(part.penalty.mean())
+    for objective in objectives:
+        for arm in arms:
+            part = table[(table.objective == objective) & (table.setting == arm)]
+            summary[f"mean_penalty_{objective}_{arm}"] = float(part.penalty.mean())
     summary["pairs"] = len(pairs)
     iri_table = pd.DataFrame([{"layer_a": la, **s.summary(), "tol": s.tol, "cache": iri_cache[la]["cache"]}
                               for la, s in iri_sets.items()])
     extra = {
-        "pairs": [{"layer_a": la, "layer_b": lb, "depth_a": _relative_depth(net_a, la),
-                   "depth_b": _relative_depth(net_b, lb)} for la, lb in pairs],
+        "pairs": [{"layer_a": la, "layer_b": lb, "depth_a": _relative_depth(model_a, la),
+                   "depth_b": _relative_depth(model_b, lb)} for la, lb in pairs],
         "iri_histograms": {la: _histogram(s.rel_error) for la, s in iri_sets.items()},
-        "iri_examples": {la: _examples(x_train, s, examples) for la, s in iri_sets.items()},
-        "objective_descriptions": {k: DESCRIPTIONS[k] for k in names},
+        "iri_examples": {la: _examples(x_train, s, settings.examples) for la, s in iri_sets.items()},
+        "objective_descriptions": {k: DESCRIPTIONS[k] for k in objectives},
     }
     meta = run_meta(
-        model_a=spec_a, model_b=spec_b, data=data_spec, n=n, seed=seed, n_train=len(train), n_test=len(test),
-        objectives=names, settings=settings, pairs=[list(p) for p in pairs], init=init,
-        train={"steps": steps, "batch_size": batch_size, "lr": lr, "optimizer": "adam"},
-        iri=asdict(iri_settings) if iri else None, value_range=list(value_range), value_range_source=range_source,
+        model_a=name_a, model_b=name_b, data=data.spec, n=settings.n, seed=seed, n_train=len(train),
+        n_test=len(test), objectives=objectives, settings=arms, pairs=[list(p) for p in pairs],
+        init=settings.init,
+        train={"steps": settings.steps, "batch_size": settings.batch_size, "lr": settings.lr, "optimizer": "adam"},
+        iri=asdict(iri_settings) if settings.iri else None,
+        value_range=list(value_range), value_range_source=range_source,
         cache_dir=None if cache_dir is None else str(cache_dir),
-        iri_cache={la: c for la, c in iri_cache.items()}, cut=cut_modes, device=str(dev),
+        iri_cache=dict(iri_cache), cut=cut_modes, device=str(dev), options=settings.to_dict(),
         timings=timer.seconds)
     tables = {"stitching": table, "training": pd.DataFrame(train_rows)}
     if len(iri_table):
@@ -264,21 +266,22 @@ def run_stitching(model_a: nn.Module | str, model_b: nn.Module | str, data: Any,
     return StitchResult(summary=summary, tables=tables, meta=meta, extra=extra)
 
 
-def _frozen(model: nn.Module) -> nn.Module:
-    from simkit.stitching.halves import frozen_copy
-
-    return frozen_copy(model)
-
-
-def _train_config(steps: int, batch_size: int, lr: float, seed: int, progress: bool, description: str):
-    from simkit.training import TrainConfig
-
-    return TrainConfig(steps=steps, batch_size=batch_size, lr=lr, optimizer="adam", seed=seed,
-                       progress=progress, description=description)
+def _python_inputs(run_dir: RunDir | str | Path | None, settings: StitchSettings, model_a: nn.Module,
+                   model_b: nn.Module, data: Dataset) -> dict[str, Any]:
+    """What a run directory given as a path records: the settings and fingerprints of the models and
+    the data (nothing for a RunDir, which the CLI made with the specs, or for no run directory)."""
+    if run_dir is None or isinstance(run_dir, RunDir):
+        return {}
+    return {**settings.to_dict(), "model_a": fingerprint(model_a), "model_b": fingerprint(model_b),
+            "data": fingerprint(data)}
 
 
-def _fit(stitch, loss, data, config, run_dir, name, resume):
-    from simkit.training import fit
+def _train_config(settings: StitchSettings, progress: bool, description: str) -> TrainConfig:
+    return TrainConfig(steps=settings.steps, batch_size=settings.batch_size, lr=settings.lr, optimizer="adam",
+                       seed=settings.seed, progress=progress, description=description)
 
+
+def _fit(stitch: StitchLayer, loss: StitchLoss, data: tuple[Tensor, ...], config: TrainConfig,
+         run_dir: Path | None, name: str, resume: bool) -> TrainHistory:
     return fit(stitch, loss, data, config, params=list(stitch.parameters()), run_dir=run_dir, name=name,
                resume=resume)

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from simkit.errors import SimkitError
-from simkit.stitching.halves import BackHalf, FrontHalf, record
+from simkit.stitching.halves import BackHalf, FrontHalf, once_called, record
 from simkit.stitching.layers import StitchLayer
 from simkit.stitching.objectives import dm_loss, fula_loss, hlm_loss, slm_loss
 
@@ -33,8 +33,11 @@ class StitchedModel(nn.Module):
 
     @property
     def fula_layers(self) -> list[str]:
-        """B's layers after the stitch up to the penultimate (the logits layer left out)."""
-        return self.back.later_layers[:-1]
+        """B's layers after the stitch up to the penultimate (the logits layer left out), without
+        modules called more than once (a shared module has no one output to match)."""
+        later = self.back.later_layers
+        once = set(once_called(later))
+        return [name for name in later[:-1] if name in once]
 
 
 class StitchLoss:
@@ -46,11 +49,12 @@ class StitchLoss:
 
     def __init__(self, objective: str, model: StitchedModel):
         self.objective, self.model = objective, model
+        self.layers = model.fula_layers if objective == "fula" else []
 
     def targets(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         """B's logits and activations (stitch layer + FuLA layers) on ``x``, without gradient."""
         back = self.model.back
-        names = [back.layer] + (self.model.fula_layers if self.objective == "fula" else [])
+        names = [back.layer, *self.layers]
         with torch.no_grad(), record(back.model, names) as acts:
             logits = back.model(x)
         return logits, dict(acts)
@@ -68,7 +72,7 @@ class StitchLoss:
         stitched = model.stitch(h_a)
         if self.objective == "dm":
             return dm_loss(stitched, b_acts[model.back.layer])
-        layers = model.fula_layers if self.objective == "fula" else []
+        layers = self.layers
         with record(model.back.module, layers) as acts:
             logits = model.back(stitched, x)
         if self.objective == "slm":

@@ -67,13 +67,15 @@ def downstream_cone(gm: fx.GraphModule, node: fx.Node | str) -> list[fx.Node]:
 
 class CachedRunner(fx.Interpreter):
     """Runs a GraphModule once, caching every node's value; after :meth:`graft` it recomputes only the
-    new node and its downstream cone (``recomputed`` lists the node names of the last run).
+    new node and its downstream cone (``recomputed`` lists the node names of the last run; ``gm`` is
+    the interpreted GraphModule).
 
     Values are cached per node name, so the cache is valid for the inputs of the first run only.
     """
 
     def __init__(self, gm: fx.GraphModule) -> None:
         super().__init__(gm)
+        self.gm = gm  # the same object as ``self.module``, typed as the GraphModule it is
         self.cache: dict[str, Any] = {}
         self.dirty: set[str] = set()
         self.recomputed: list[str] = []
@@ -103,7 +105,7 @@ class CachedRunner(fx.Interpreter):
         consumers: names of the nodes that should read the new output (default: every user of ``after``),
         so a graft can feed only the consumer that used u's output.
         """
-        gm = self.module
+        gm = self.gm
         u = find_node(gm, after)
         wanted = None if consumers is None else set(consumers)
         users = [n for n in u.users if wanted is None or n.name in wanted]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,10 @@ from torch import nn
 from torch.optim import Optimizer
 
 from simkit.errors import SimkitError
-from simkit.io import write_json
+from simkit.surgery.ops import attach_graft, insert_after, replace_module
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 class GraftLog:
@@ -43,7 +48,19 @@ class GraftLog:
         return cls(records)
 
     def save(self, path: str | Path) -> Path:
-        return write_json(path, self.records)
+        """Write the records to ``path`` as indented JSON, atomically (a temporary file renamed onto it)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(json.dumps(self.records, indent=2) + "\n")
+            os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual permissions
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
 
     @classmethod
     def load(cls, path: str | Path) -> GraftLog:
@@ -62,8 +79,6 @@ class GraftLog:
         optimizer: grafts recorded with an optimizer add their parameters to it, in the same order.
         modules: record index → module, for records that used user modules.
         """
-        from simkit.surgery.ops import attach_graft, insert_after, replace_module
-
         modules = modules or {}
         for index, record in enumerate(self.records):
             op = record.get("op")

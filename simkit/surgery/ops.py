@@ -4,7 +4,9 @@ Structure after ``insert_after(model, "u", new)`` and after a graft: the module 
 ``nn.Sequential(old_u, new)``, so old parameter names gain a ``.0`` (``u.weight`` → ``u.0.weight``)
 and the new module lives at ``u.1``. A graft after ``u`` therefore reroutes exactly the edge from u to
 the consumer that used u's output; u must run once per forward pass (checked on the probe batch).
-Probe passes run in eval mode under a forked RNG, so grafting changes no running statistic or RNG.
+Probe passes run under a forked RNG (grafting changes no RNG) in the model's current modes: call
+it under ``simkit.forward.eval_mode(model)`` so that they change no running statistic either (the
+graft runner does). The new gate takes the train/eval mode of the module it follows.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from simkit.surgery.optim import add_new_params
 GATES = ("shadow", "net2net", "double_zero")
 DOUBLE_ZERO = ("double-zero graft refused: with α = 0 and a zero branch output, ∂L/∂α = ⟨g, R(x)⟩ = 0 and "
                "every ∂L/∂θ is scaled by α = 0, so nothing would ever train; use gate 'shadow' (α = 0, random R) "
-               "or 'net2net' (α = 1, zero output projections); allow_double_zero=True only to demonstrate it")
+               "or 'net2net' (α = 1, zero output projections); pass `allow_double_zero` only to demonstrate it")
 
 
 def get_module(model: nn.Module, name: str) -> nn.Module:
@@ -87,18 +89,15 @@ class Graft:
 
 @torch.no_grad()
 def _probe(model: nn.Module, module: nn.Module, probe: Any, name: str) -> tuple[list[Tensor], Tensor, int]:
-    """Run ``model(probe)`` in eval mode; return (flattened outputs, output of ``module``, its call count)."""
+    """Run ``model(probe)`` (modes as they are, RNG forked); return (flattened outputs, output of
+    ``module``, its call count)."""
     seen: list[Any] = []
     handle = module.register_forward_hook(lambda m, i, o: seen.append(o))
-    modes = {m: m.training for m in model.modules()}
     try:
-        model.eval()
         with torch.random.fork_rng(devices=[]):
             out = model(*probe) if isinstance(probe, tuple) else model(probe)
     finally:
         handle.remove()
-        for m, mode in modes.items():
-            m.training = mode
     if not seen:
         return [t.clone() for t in flatten_tensors(out)], torch.empty(0), 0
     site = seen[0]
@@ -126,6 +125,7 @@ def graft_gated_residual(model: nn.Module, after: str, branch: str | nn.Module =
     probe: a model input (or tuple of inputs) for the checks; required for built-in branches.
         Checked: ``after`` runs once, its output is one floating tensor, R keeps its shape, the paper's
         preconditions (finite, no −0.0), the double-zero case, and bit mismatches of the outputs.
+        The probe runs in the model's current modes (see the module docstring).
     optimizer: the new parameters (α and R's) join it via :func:`add_new_params`.
     log: a :class:`simkit.surgery.GraftLog` that records the graft.
     """
@@ -136,12 +136,17 @@ def graft_gated_residual(model: nn.Module, after: str, branch: str | nn.Module =
     target = get_module(model, after)
     if probe is None and isinstance(branch, str):
         raise SimkitError(f"a built-in branch ({branch!r}) is sized from a probe batch; pass probe=<model input>")
-    before, site, calls = ([], None, 1) if probe is None else _probe(model, target, probe, after)
-    if calls != 1:
-        raise SimkitError(f"module {after!r} ran {calls} times in one forward pass; a graft after it would change "
-                          "every use; graft after a module that runs exactly once")
+    before: list[Tensor] = []
+    site: Tensor | None = None
+    if probe is not None:
+        before, site, calls = _probe(model, target, probe, after)
+        if calls != 1:
+            raise SimkitError(f"module {after!r} ran {calls} times in one forward pass; a graft after it would "
+                              "change every use; graft after a module that runs exactly once")
     start = time.perf_counter()
     if isinstance(branch, str):
+        if site is None:
+            raise SimkitError(f"a built-in branch ({branch!r}) is sized from a probe batch; pass probe=<model input>")
         spec = branch_spec(branch, tuple(site.shape[1:]), seed, site.dtype)
         module = build_branch(spec).to(site.device)
     else:
@@ -153,6 +158,7 @@ def graft_gated_residual(model: nn.Module, after: str, branch: str | nn.Module =
     gated = GatedResidual(module, alpha=alpha, dtype=dtype)
     if site is not None:
         gated = gated.to(site.device)
+    gated.train(target.training)  # a new module, in the mode of the one it follows
     elapsed = time.perf_counter() - start
     checks: dict[str, int] = {}
     if site is not None:
@@ -175,7 +181,7 @@ def graft_gated_residual(model: nn.Module, after: str, branch: str | nn.Module =
     elapsed += time.perf_counter() - start
     result = Graft(after=after, name=f"{after}.1", gate=gated, record=record, preconditions=checks,
                    bookkeeping_s=elapsed)
-    if probe is not None:
+    if probe is not None and site is not None:
         after_out, new_site, _ = _probe(model, model.get_submodule(after), probe, after)
         result.values_compared, result.mismatches = output_mismatches(before, after_out)
         result.site_mismatches = output_mismatches([site], [new_site])[1]

@@ -1,1 +1,14 @@
-"""simkit.theseus."""
+"""simkit.theseus: Network of Theseus conversion (``simkit convert``).
+
+``convert(guide, data, ConvertSettings(...), plan=None, run_dir=None, resume=False)`` → ConvertResult;
+``load_plan_file("file.py:make_plan", guide)`` → the ReplacementPlan of a plan file (runs its code).
+"""
+
+from simkit.theseus.plans import Replacement, ReplacementPlan, Slot
+from simkit.theseus.recipes import RECIPES, load_plan_file
+from simkit.theseus.runner import convert
+from simkit.theseus.schedules import SCHEDULES
+from simkit.theseus.settings import BASELINES, GUIDE_INITS, ConvertSettings
+
+__all__ = ["BASELINES", "GUIDE_INITS", "RECIPES", "SCHEDULES", "ConvertSettings", "Replacement",
+           "ReplacementPlan", "Slot", "convert", "load_plan_file"]

@@ -14,32 +14,36 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from simkit.forward import eval_mode, modes_kept
+from simkit.layers import select_output
 from simkit.theseus.modules import reinitialise
-from simkit.theseus.plans import first_tensor
 from simkit.theseus.task import Inputs, Task, logits_of, rows, run_model, take
+from simkit.training import TrainHistory
 
-FitFn = Callable[..., object]
+FitFn = Callable[..., TrainHistory]
 
 
 @torch.no_grad()
 def head_features(model: nn.Module, head: str, inputs: Inputs, batch_size: int) -> Tensor:
-    """Eval-mode inputs of module ``head`` for every sample: (n, *head_in)."""
+    """Eval-mode inputs of module ``head`` for every sample: (n, *head_in).
+
+    A pre-hook on the head (its *input*, which ``simkit.layers.record_layers`` does not record)."""
     feats: list[Tensor] = []
     module = model.get_submodule(head)
-    handle = module.register_forward_pre_hook(lambda m, a: feats.append(first_tensor(a).detach().clone()))
-    was = model.training
-    model.eval()
+    handle = module.register_forward_pre_hook(
+        lambda m, a: feats.append(select_output(a, layer=head).detach().clone()))
     try:
-        for start in range(0, rows(inputs), batch_size):
-            run_model(model, take(inputs, slice(start, start + batch_size)))
+        with eval_mode(model):
+            for start in range(0, rows(inputs), batch_size):
+                run_model(model, take(inputs, slice(start, start + batch_size)))
     finally:
         handle.remove()
-        model.train(was)
     return torch.cat(feats)
 
 
 def train_head(model: nn.Module, head: str, task: Task, train: tuple[Inputs, Tensor],
-               test: tuple[Inputs, Tensor], fit_fn: FitFn, *, batch_size: int, seed: int) -> tuple[object, float]:
+               test: tuple[Inputs, Tensor], fit_fn: FitFn, *, batch_size: int,
+               seed: int) -> tuple[TrainHistory, float]:
     """Re-initialise the head and train it alone on the frozen model's features (cached once).
 
     Returns (history, probe score on ``test``). Only the head's parameters change.
@@ -58,24 +62,19 @@ def train_head(model: nn.Module, head: str, task: Task, train: tuple[Inputs, Ten
         (idx,) = batch
         return task.loss(module(train_x[idx]), targets[idx])
 
-    was = module.training
-    module.train()
-    history = fit_fn(module, loss_fn, (torch.arange(len(train_x)),), list(module.parameters()))
-    module.train(was)
+    with modes_kept(module):
+        module.train()
+        history = fit_fn(module, loss_fn, (torch.arange(len(train_x)),), list(module.parameters()))
     return history, score(module, task, test_x, test[1], batch_size)
 
 
 def score(model: nn.Module, task: Task, inputs: Inputs, target: Tensor, batch_size: int) -> float:
-    """Accuracy or perplexity of ``model`` in eval mode (mode restored)."""
-    was = model.training
-    model.eval()
-    try:
+    """Accuracy or perplexity of ``model`` in eval mode (modes restored)."""
+    with eval_mode(model):
         return task.evaluate(lambda x: run_model(model, x), inputs, target, batch_size)
-    finally:
-        model.train(was)
 
 
-def train_task(model: nn.Module, task: Task, train: tuple[Inputs, Tensor], fit_fn: FitFn) -> object:
+def train_task(model: nn.Module, task: Task, train: tuple[Inputs, Tensor], fit_fn: FitFn) -> TrainHistory:
     """Train every parameter of ``model`` on the task loss (train mode during the run)."""
     inputs, targets = train
     for p in model.parameters():
@@ -92,7 +91,7 @@ def train_task(model: nn.Module, task: Task, train: tuple[Inputs, Tensor], fit_f
 
 
 def distill(student: nn.Module, task: Task, inputs: Inputs, guide_logits: Tensor, fit_fn: FitFn,
-            temperature: float = 4.0) -> object:
+            temperature: float = 4.0) -> TrainHistory:
     """Logit distillation: T² · KL(softmax(guide/T) ‖ softmax(student/T)), no label term [ours: pure
     logit distillation, as in the paper's baseline, so an untrained guide gets no help from labels]."""
     for p in student.parameters():

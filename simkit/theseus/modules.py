@@ -29,7 +29,7 @@ class LowRankLinear(nn.Module):
     def __init__(self, in_shape: tuple[int, ...], out_shape: tuple[int, ...], rank: int) -> None:
         super().__init__()
         if rank < 1:
-            raise SimkitError(f"--rank must be at least 1, got {rank}")
+            raise SimkitError(f"`rank` must be at least 1, got {rank}")
         self.in_shape, self.out_shape, self.rank = tuple(in_shape), tuple(out_shape), int(rank)
         self.down = nn.Linear(math.prod(self.in_shape), self.rank, bias=False)
         self.up = nn.Linear(self.rank, math.prod(self.out_shape))
@@ -55,7 +55,7 @@ class RecurrentBlock(nn.Module):
     def __init__(self, d: int, hidden: int | None = None, cell: str = "gru") -> None:
         super().__init__()
         if cell not in CELLS:
-            raise SimkitError(f"unknown recurrent cell {cell!r}; use one of {', '.join(CELLS)}")
+            raise SimkitError(f"unknown recurrent cell {cell!r} (`cell`); use one of {', '.join(CELLS)}")
         hidden = hidden or d
         self.norm = nn.LayerNorm(d)
         self.rnn = CELLS[cell](d, hidden, batch_first=True)
@@ -69,7 +69,7 @@ class RecurrentBlock(nn.Module):
 class Passthrough(nn.Module):
     """Identity that accepts (and ignores) any extra arguments: ``(b, ...) → (b, ...)``."""
 
-    def forward(self, x, *args, **kwargs):
+    def forward(self, x: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
         return x
 
 

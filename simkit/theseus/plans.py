@@ -22,7 +22,12 @@ import torch
 from torch import nn
 
 from simkit.errors import SimkitError, unknown_name_error
+from simkit.forward import eval_mode
+from simkit.layers import select_output
+from simkit.seeding import derive_seed
+from simkit.surgery import replace_module
 from simkit.theseus.modules import Passthrough
+from simkit.theseus.task import logits_of
 
 
 @dataclass
@@ -56,6 +61,13 @@ class Slot:
     @property
     def label(self) -> str:
         return self.names[0] if len(self.names) == 1 else f"{self.names[0]}..{self.names[-1]}"
+
+    @property
+    def target(self) -> nn.Module:
+        """The built target module (after :func:`resolve_plan`)."""
+        if self.module is None:
+            raise SimkitError(f"internal: slot {self.label!r} has no target module; resolve the plan first")
+        return self.module
 
 
 @dataclass
@@ -92,12 +104,13 @@ class ReplacementPlan:
                           f"{type(plan).__name__}; see simkit.theseus.plans")
 
 
-def first_tensor(value: Any) -> torch.Tensor | None:
-    if isinstance(value, torch.Tensor):
-        return value
-    if isinstance(value, list | tuple) and value and isinstance(value[0], torch.Tensor):
-        return value[0]
-    return None
+def tensor_in(value: Any, layer: str = "") -> torch.Tensor | None:
+    """The tensor of a module's output or positional arguments (``simkit.layers.select_output``), or
+    None when it holds none."""
+    try:
+        return select_output(value, layer=layer)
+    except SimkitError:
+        return None
 
 
 @dataclass
@@ -118,40 +131,36 @@ def dry_run(model: nn.Module, names: Sequence[str], run: Callable[[nn.Module], A
     args: dict[str, tuple[tuple, dict]] = {}
     outputs: dict[str, torch.Tensor] = {}
     order: list[str] = []
-    handles = []
+    handles: list[Any] = []
 
-    def pre_hook(name):
-        def hook(module, a, kw):
+    def pre_hook(name: str) -> Callable[..., None]:
+        def hook(module: nn.Module, a: tuple, kw: dict) -> None:
             if name not in args:
                 args[name] = (a, kw)
-                x = first_tensor(a)
+                x = tensor_in(a, name)
                 if x is not None:
                     inputs[name] = x
         return hook
 
-    def post_hook(name):
-        def hook(module, a, output):
+    def post_hook(name: str) -> Callable[..., None]:
+        def hook(module: nn.Module, a: tuple, output: Any) -> None:
             if name not in order:
                 order.append(name)
-                y = first_tensor(output)
+                y = tensor_in(output, name)
                 if y is not None:
                     outputs[name] = y
         return hook
 
-    modes = {m: m.training for m in model.modules()}
     try:
         for name in names:
             module = model.get_submodule(name)
             handles.append(module.register_forward_pre_hook(pre_hook(name), with_kwargs=True))
             handles.append(module.register_forward_hook(post_hook(name)))
-        model.eval()
-        with torch.no_grad():
+        with eval_mode(model), torch.no_grad():
             result = run(model)
     finally:
         for handle in handles:
             handle.remove()
-        for module, mode in modes.items():
-            module.training = mode
     return DryRun(inputs, args, outputs, order, result)
 
 
@@ -224,22 +233,21 @@ def resolve_plan(plan: ReplacementPlan, guide: nn.Module, run: Callable[[nn.Modu
     slots.sort(key=lambda s: probe.order.index(s.site))
 
     for index, slot in enumerate(slots):
+        if slot.factory is None:
+            raise SimkitError(f"replacement {slot.label!r} has no factory")
         with torch.random.fork_rng(devices=[]):  # seeded per slot; the caller's RNG is left alone
-            torch.manual_seed(seed * 1009 + index)
+            torch.manual_seed(derive_seed(seed, "plan", index))
             module = slot.factory(slot)
         if not isinstance(module, nn.Module):
             raise SimkitError(f"the plan's factory for {slot.label!r} returned {type(module).__name__}, "
                               "not a torch.nn.Module")
-        a, kw = probe.args[slot.site]
-        ref = first_tensor(a)
+        call_args, call_kwargs = probe.args[slot.site]
+        ref = tensor_in(call_args, slot.site)
         if ref is not None:  # built on the CPU from a seeded generator, then moved to the guide's device
             module.to(ref.device)
         try:
-            with torch.no_grad():
-                was = module.training
-                module.eval()
-                out = first_tensor(module(*a, **kw))
-                module.train(was)
+            with torch.no_grad(), eval_mode(module):
+                out = tensor_in(module(*call_args, **call_kwargs), slot.label)
         except SimkitError:
             raise
         except Exception as exc:  # a factory that built the wrong input size fails here
@@ -263,9 +271,10 @@ def resolve_plan(plan: ReplacementPlan, guide: nn.Module, run: Callable[[nn.Modu
     if any(head == n or head.startswith(n + ".") for n in claimed):
         raise SimkitError(f"the head {head!r} is replaced by the plan; keep the output layer and set "
                           "plan.head to it")
-    final = first_tensor(probe.model_output) if not isinstance(probe.model_output, dict) else None
-    if final is None and hasattr(probe.model_output, "logits"):
-        final = probe.model_output.logits
+    try:
+        final: torch.Tensor | None = logits_of(probe.model_output)
+    except SimkitError:
+        final = None
     if head not in probe.outputs or probe.outputs[head] is not final:
         raise SimkitError(f"the head {head!r} does not produce the model's output; set plan.head to the "
                           "module whose output is the model output")
@@ -275,9 +284,9 @@ def resolve_plan(plan: ReplacementPlan, guide: nn.Module, run: Callable[[nn.Modu
 def install(model: nn.Module, slot: Slot, module: nn.Module | None = None) -> nn.Module:
     """Put ``module`` (default: the slot's target) at ``slot.site`` in ``model`` through surgery; the
     rest of the group becomes Passthrough. Returns the installed module."""
-    from simkit.surgery import replace_module
-
     module = slot.module if module is None else module
+    if module is None:
+        raise SimkitError(f"internal: slot {slot.label!r} has no target module; resolve the plan first")
     replace_module(model, slot.site, module)
     for name in slot.names[1:]:
         replace_module(model, name, Passthrough())
@@ -288,5 +297,5 @@ def build_target(guide: nn.Module, slots: Sequence[Slot]) -> nn.Module:
     """A copy of ``guide`` with every slot's target installed (the converted architecture)."""
     target = copy.deepcopy(guide)
     for slot in slots:
-        install(target, slot, copy.deepcopy(slot.module))
+        install(target, slot, copy.deepcopy(slot.target))
     return target

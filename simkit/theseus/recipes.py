@@ -8,7 +8,8 @@
 - ``attention-to-rnn``: every transformer block of a causal LM (the ``blocks`` container) becomes a
   :class:`RecurrentBlock` (GRU by default) with the block's residual; aligned on the residual branch
   (block output − block input) [ours].
-- ``file.py:make_plan``: ``make_plan(guide) -> ReplacementPlan | dict`` from the user's file.
+- ``file.py:make_plan``: ``make_plan(guide) -> ReplacementPlan | dict`` from the user's file
+  (:func:`load_plan_file`; the CLI's ``--plan``, since it runs the file's code).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from torch import nn
 
 from simkit.errors import SimkitError, unknown_name_error
+from simkit.seeding import derive_seed
 from simkit.theseus.modules import LowRankLinear, RecurrentBlock, fresh_copy
 from simkit.theseus.plans import Replacement, ReplacementPlan, Slot
 
@@ -31,7 +33,7 @@ def conv_to_mlp(guide: nn.Module, rank: int = 256) -> ReplacementPlan:
     convs = [name for name, m in guide.named_modules() if isinstance(m, nn.Conv1d | nn.Conv2d | nn.Conv3d)]
     if not convs:
         raise SimkitError("recipe conv-to-mlp found no Conv1d/Conv2d/Conv3d module in the guide; "
-                          "pick another recipe or pass --plan file.py:make_plan")
+                          "pick another `recipe` or pass a `plan`")
 
     def factory(slot: Slot) -> nn.Module:
         return LowRankLinear(slot.in_shape, slot.out_shape, rank)
@@ -44,28 +46,35 @@ def find_blocks(guide: nn.Module) -> str:
     """Name of the guide's block container (a ModuleList/Sequential called blocks, layers or features)."""
     modules = dict(guide.named_modules())
     for name in BLOCK_CONTAINERS:
-        if isinstance(modules.get(name), nn.ModuleList | nn.Sequential) and len(modules[name]) > 0:
+        found = modules.get(name)
+        if isinstance(found, nn.ModuleList | nn.Sequential) and len(found) > 0:
             return name
     raise SimkitError("the guide has no block container (a ModuleList or Sequential named "
-                      f"{', '.join(BLOCK_CONTAINERS)}); pass --plan file.py:make_plan instead")
+                      f"{', '.join(BLOCK_CONTAINERS)}); pass a `plan` instead")
+
+
+def block_count(guide: nn.Module, container: str) -> int:
+    """Number of blocks in the container ``find_blocks`` named."""
+    found = guide.get_submodule(container)
+    return len(found) if isinstance(found, nn.ModuleList | nn.Sequential) else 0
 
 
 def deep_to_shallow(guide: nn.Module, group: int = 2, seed: int = 0) -> ReplacementPlan:
     """Consecutive blocks in groups of ``group`` → one fresh block shaped like the group's first."""
     if group < 2:
-        raise SimkitError(f"deep-to-shallow needs --group of at least 2 blocks per target block, got {group}")
+        raise SimkitError(f"deep-to-shallow needs `group` of at least 2 blocks per target block, got {group}")
     container = find_blocks(guide)
-    count = len(guide.get_submodule(container))
+    count = block_count(guide, container)
     if count < group:
         raise SimkitError(f"deep-to-shallow: the guide has {count} blocks in {container!r}, fewer than "
-                          f"--group {group}; lower --group")
+                          f"`group` {group}; lower `group`")
     names = [f"{container}.{i}" for i in range(count)]
     groups = [tuple(names[i:i + group]) for i in range(0, count, group)]
     groups = [g for g in groups if len(g) > 1]  # a trailing single block stays as it is
 
     def factory(slot: Slot) -> nn.Module:
         # a seed of its own: a zoo guide built from `seed` would otherwise get its own first block back
-        return fresh_copy(slot.guide_modules[0], seed + 1_000_003 * (1 + names.index(slot.site)))
+        return fresh_copy(slot.guide_modules[0], derive_seed(seed, "deep-to-shallow", names.index(slot.site)))
 
     return ReplacementPlan([Replacement(g, factory) for g in groups],
                            description=f"deep-to-shallow: {count} blocks → {len(groups)} target blocks "
@@ -75,7 +84,7 @@ def deep_to_shallow(guide: nn.Module, group: int = 2, seed: int = 0) -> Replacem
 def attention_to_rnn(guide: nn.Module, cell: str = "gru") -> ReplacementPlan:
     """Every transformer block → RecurrentBlock(d, cell) with a residual; input/output (b, T, d)."""
     container = find_blocks(guide)
-    count = len(guide.get_submodule(container))
+    count = block_count(guide, container)
 
     def factory(slot: Slot) -> nn.Module:
         if len(slot.in_shape) != 2:
@@ -93,7 +102,7 @@ def plan_file(spec: str) -> tuple[Path, str]:
     """``path/to/file.py:make_plan`` → (the file, the function name); SimkitError for another form."""
     path_text, sep, func = spec.rpartition(":")
     if not sep or not path_text.endswith(".py") or not func:
-        raise SimkitError(f"--plan expects FILE.py:FUNCTION, got {spec!r}")
+        raise SimkitError(f"`plan` expects FILE.py:FUNCTION, got {spec!r}")
     return Path(path_text), func
 
 
@@ -101,25 +110,25 @@ def load_plan_file(spec: str, guide: nn.Module) -> ReplacementPlan:
     """``path/to/file.py:make_plan`` → ``make_plan(guide)`` as a ReplacementPlan (this runs the file)."""
     path, func = plan_file(spec)
     if not path.is_file():
-        raise SimkitError(f"--plan file {path} does not exist")
+        raise SimkitError(f"`plan` file {path} does not exist")
     module_spec = importlib.util.spec_from_file_location(f"simkit_plan_{path.stem}", path)
+    if module_spec is None or module_spec.loader is None:
+        raise SimkitError(f"`plan` file {path} cannot be imported as Python")
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     make = getattr(module, func, None)
     if not callable(make):
-        raise SimkitError(f"--plan file {path} has no function {func!r}")
+        raise SimkitError(f"`plan` file {path} has no function {func!r}")
     return ReplacementPlan.coerce(make(guide))
 
 
-def make_plan(recipe: str | None, guide: nn.Module, *, plan: str | None = None, rank: int = 256,
-              group: int = 2, cell: str = "gru", seed: int = 0) -> ReplacementPlan:
-    """The plan of ``--plan`` (if given) or of the named recipe."""
-    if plan:
-        return load_plan_file(plan, guide)
+def make_plan(recipe: str | None, guide: nn.Module, *, rank: int = 256, group: int = 2, cell: str = "gru",
+              seed: int = 0) -> ReplacementPlan:
+    """The plan of the named built-in recipe (a plan file: :func:`load_plan_file`)."""
     if recipe == "conv-to-mlp":
         return conv_to_mlp(guide, rank)
     if recipe == "deep-to-shallow":
         return deep_to_shallow(guide, group, seed)
     if recipe == "attention-to-rnn":
         return attention_to_rnn(guide, cell)
-    raise unknown_name_error("recipe", str(recipe), RECIPES, "or pass --plan file.py:make_plan")
+    raise unknown_name_error("recipe", str(recipe), RECIPES, "or pass a `plan`")

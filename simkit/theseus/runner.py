@@ -1,10 +1,11 @@
-"""``run_conversion``: Network of Theseus (spec §1) from guide and data to a :class:`ConvertResult`.
+"""``convert``: Network of Theseus (spec §1) from a guide module and a dataset to a :class:`ConvertResult`.
 
-Flow: (optionally train the guide) → resolve the plan by a dry run → per guide init (trained/random):
-cache the frozen guide's activations once → per (schedule, metric): align stage by stage through the
-shared training loop (plateau LR control, stop rules, checkpoints), recalibrate BatchNorm after every
-stage, train the head alone (linear probe), fine-tune everything → baselines (scratch, logit
-distillation) with the fine-tuning budget → tables and a converted-vs-guide CKA matrix (core compare).
+Flow: validate everything (settings, the data against the guide, the plan by a dry run) → start the
+run directory → (optionally train the guide) → per guide init (trained/random): cache the frozen
+guide's activations once → per (schedule, metric): align stage by stage through the shared training
+loop (plateau LR control, stop rules, checkpoints), recalibrate BatchNorm after every stage, train the
+head alone (linear probe), fine-tune everything → baselines (scratch, logit distillation) with the
+fine-tuning budget → tables and a converted-vs-guide CKA matrix (the engine's compare).
 
 Every training call has a unique checkpoint name (``guide``, ``<init>-<schedule>-<metric>-stageK``,
 ``...-head``, ``...-finetune``, ``scratch``, ``kd-<init>``), so ``resume=True`` restores finished
@@ -15,25 +16,30 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
-from torch import nn
+from torch import Tensor, nn
 
+from simkit.data import Dataset
+from simkit.engine import compare
 from simkit.errors import SimkitError, unknown_name_error
 from simkit.forward import check_accepts, resolve_device, to_device
+from simkit.metrics.cka import linear_cka
+from simkit.metrics.losses import alignment_loss
 from simkit.results import ConvertResult
+from simkit.rundir import RunDir, fingerprint, open_run_dir
 from simkit.runinfo import Timer, run_meta
+from simkit.seeding import derive_seed
 from simkit.theseus.finetune import distill, score, train_head, train_task
 from simkit.theseus.modules import fresh_copy, reinitialise
-from simkit.theseus.plans import Slot, build_target, install, resolve_plan
-from simkit.theseus.recipes import RECIPES, make_plan
+from simkit.theseus.plans import ReplacementPlan, Slot, build_target, install, resolve_plan
+from simkit.theseus.recipes import RECIPES, block_count, find_blocks, make_plan
 from simkit.theseus.schedules import (
-    SCHEDULES,
     GuideCache,
     fresh_modules,
     guide_cache,
@@ -42,24 +48,15 @@ from simkit.theseus.schedules import (
     plan_stages,
     run_stage,
 )
+from simkit.theseus.settings import ConvertSettings, unique
 from simkit.theseus.task import Inputs, Task, rows, run_model, take
+from simkit.training import TrainConfig, TrainHistory, fit, recalibrate_batchnorm
 from simkit.training.denormals import flush_denormals
 
-GUIDE_INITS = ("trained", "random")
-BASELINES = ("scratch", "kd")
 CURVE_POINTS = 200  # loss-curve points kept per training phase (the full logs are in <name>.log.csv)
+EVAL_BATCH = 512  # batch size of the scores (accuracy, perplexity)
 
-
-def _check_names(values: Sequence[str], valid: Sequence[str], kind: str) -> list[str]:
-    out = []
-    for v in values:
-        if v not in valid:
-            raise unknown_name_error(kind, v, valid, f"valid: {', '.join(valid)}")
-        if v not in out:
-            out.append(v)
-    if not out:
-        raise SimkitError(f"no {kind} given; pass at least one of {', '.join(valid)}")
-    return out
+AddCurve = Callable[[str, TrainHistory, dict[str, Any]], None]
 
 
 def _thin(losses: Sequence[float], points: int = CURVE_POINTS) -> tuple[np.ndarray, np.ndarray]:
@@ -77,8 +74,6 @@ def _has_bn(model: nn.Module) -> bool:
 
 def recalibrate(model: nn.Module, inputs: Inputs, batch_size: int) -> None:
     """BatchNorm running statistics recomputed on ``inputs`` (spec §1); no-op without BatchNorm."""
-    from simkit.training import recalibrate_batchnorm
-
     if not _has_bn(model):
         return
     if isinstance(inputs, dict):
@@ -87,19 +82,21 @@ def recalibrate(model: nn.Module, inputs: Inputs, batch_size: int) -> None:
     recalibrate_batchnorm(model, inputs, batch_size)
 
 
-def _cka_rows(values: list[torch.Tensor], guide: list[torch.Tensor], slots: Sequence[Slot],
-              replaced: set[int], only: Sequence[int] | None = None) -> list[dict[str, Any]]:
-    from simkit.metrics.cka import linear_cka
-
+def _cka_rows(values: list[Tensor], guide: list[Tensor], slots: Sequence[Slot], replaced: set[int],
+              only: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """One row per slot (or per slot in ``only``, whose values ``values`` holds in that order): linear
+    CKA of the converted representation vs the guide's."""
+    chosen = list(range(len(slots))) if only is None else list(only)
     out = []
-    for j, slot in enumerate(slots):
-        if only is not None and j not in only:
-            continue
-        x, y = values[j] if len(values) == len(slots) else values[list(only).index(j)], guide[j]
-        out.append({"layer": slot.label, "alignment_metric": "cka",
+    for x, j in zip(values, chosen, strict=True):
+        y = guide[j]
+        out.append({"layer": slots[j].label, "alignment_metric": "cka",
                     "value": linear_cka(x.reshape(len(x), -1), y.reshape(len(y), -1)),
                     "replaced": j in replaced})
     return out
+
+
+FitCall = Callable[[nn.Module, Callable[..., Tensor], tuple[Tensor, ...], list[nn.Parameter]], TrainHistory]
 
 
 class _Fitter:
@@ -110,13 +107,12 @@ class _Fitter:
         self.progress, self.checkpoint_every = progress, checkpoint_every
         self.seconds: dict[str, float] = {}
 
-    def __call__(self, name: str, **config: Any):
-        from simkit.training import TrainConfig, fit
-
+    def __call__(self, name: str, **config: Any) -> FitCall:
         cfg = TrainConfig(seed=self.seed, progress=self.progress, checkpoint_every=self.checkpoint_every,
                           description=name, **config)
 
-        def run(model, loss_fn, data, params):
+        def run(model: nn.Module, loss_fn: Callable[..., Tensor], data: tuple[Tensor, ...],
+                params: list[nn.Parameter]) -> TrainHistory:
             start = time.perf_counter()
             history = fit(model, loss_fn, data, cfg, params=params, run_dir=self.run_dir, name=name,
                           resume=self.resume)
@@ -127,131 +123,135 @@ class _Fitter:
 
 
 @flush_denormals()  # denormals made prototype runs up to 10x slower on CPU; restored on return
-def run_conversion(guide: nn.Module | str, data: Any, *, recipe: str | None = "conv-to-mlp",
-                   plan: str | Any | None = None, schedules: Sequence[str] = ("progressive",),
-                   metrics: Sequence[str] = ("cka",), guide_inits: Sequence[str] = ("trained",),
-                   baselines: Sequence[str] = ("scratch", "kd"), rank: int = 256, group: int = 2,
-                   cell: str = "gru", steps_per_stage: int = 300, batch_size: int = 256, lr: float = 1e-3,
-                   finetune_epochs: float = 60, head_epochs: float | None = None,
-                   finetune_batch_size: int = 128, finetune_lr: float | None = None,
-                   train_guide: float = 0, plateau_window: int = 100, stop_loss: float | None = 0.01,
-                   kd_temperature: float = 4.0, seed: int = 0, n: int | None = None,
-                   eval_samples: int = 512, run_dir: str | Path | None = None, resume: bool = False,
-                   checkpoint_every: int = 0, compare_layers: bool = True, progress: bool = True,
-                   trust: bool = False, device: str | torch.device = "cpu") -> ConvertResult:
-    """Convert ``guide`` into the target architecture of ``recipe`` (or ``plan``) on ``data``.
+def convert(guide: nn.Module, data: Dataset, settings: ConvertSettings | None = None, *,
+            plan: ReplacementPlan | dict[Any, Any] | None = None, run_dir: RunDir | str | Path | None = None,
+            resume: bool = False, device: str | torch.device = "cpu", progress: bool = True,
+            checkpoint_every: int = 0, guide_name: str | None = None,
+            data_name: str | None = None) -> ConvertResult:
+    """Convert ``guide`` into the target architecture of ``settings.recipe`` (or ``plan``) on ``data``.
 
-    guide: an nn.Module or a model spec; data: a ``simkit.data.Dataset`` or a data spec (labelled for
-    classification; token ids (n, T) for a causal LM). plan: ``"file.py:make_plan"``, a
-    ReplacementPlan or a dict {guide name(s): factory}; overrides ``recipe``.
-    schedules / metrics / guide_inits: every combination is converted (one ``runs`` row each).
-    steps_per_stage: alignment steps per stage (joint: times the number of replaced modules).
-    head_epochs: head-only epochs before full fine-tuning (default finetune_epochs / 6 [ours]);
-    baselines get head_epochs + finetune_epochs epochs of end-to-end training.
-    plateau_window / stop_loss: the shared loop's plateau LR control and stop rule per stage.
-    train_guide: epochs of task training of the guide first (a module passed in is trained in place).
-    n: use the first ``n`` samples of the data (a spec or a Dataset alike), then split them: a native
-    test split (mnist1d, digits) is kept whole, otherwise the seeded 80/20 split is of those n samples.
-    device: ``cpu``, ``cuda`` or ``cuda:N``; the guide (a module passed in is moved and stays there),
-    every target module, the data and all losses live there.
-    run_dir: where checkpoints go (needed for resume). Returns a ConvertResult.
+    guide: the guide network (moved to ``device``, where it stays; trained in place when
+    ``settings.train_guide`` > 0). data: a ``simkit.data.Dataset``, labelled for classification or
+    token ids (n, T) for a causal LM; its first ``settings.n`` samples are used, then split (a native
+    test split is kept whole, otherwise the seeded 80/20 split of those n samples).
+    settings: a :class:`ConvertSettings` (default: the CLI defaults).
+    plan: a ReplacementPlan (or a dict {guide name(s): factory}) replacing the recipe; a plan file is
+    loaded with ``simkit.theseus.load_plan_file(text, guide)`` and its text kept in ``settings.plan``.
+    run_dir: where checkpoints and inputs.json go (needed for resume): a path, checked against these
+    inputs (a resume with other settings, guide, data or plan is refused), or a ``RunDir``.
+    device: ``cpu``, ``cuda`` or ``cuda:N``: the guide, every target module, the data and all losses.
+    checkpoint_every: steps between checkpoints inside a phase (0: at its end only).
+    guide_name / data_name: recorded in ``meta`` (the CLI passes the spec strings).
+    Everything is validated before the run directory is started, so a run that fails its checks
+    leaves an earlier run in ``run_dir`` as it was. Returns a ConvertResult.
     """
     timer = Timer()
-    schedules = _check_names(schedules, SCHEDULES, "schedule")
-    guide_inits = _check_names(guide_inits, GUIDE_INITS, "guide init")
-    baselines = _check_names(baselines, BASELINES, "baseline") if baselines else []
-    from simkit.metrics.losses import alignment_loss
-
-    metrics = list(dict.fromkeys(metrics))
-    if not metrics:
-        raise SimkitError("no alignment metric given; pass --metric cka, unbiased_cka or dmnn")
+    if settings is None:
+        settings = ConvertSettings()
+    settings.validate()
+    if not isinstance(guide, nn.Module):
+        raise SimkitError(f"`guide` must be a torch.nn.Module, got {type(guide).__name__}; load a spec with "
+                          "simkit.models.load_model")
+    if not isinstance(data, Dataset):
+        raise SimkitError(f"`data` must be a simkit.data.Dataset, got {type(data).__name__}; load a spec with "
+                          "simkit.data.load_data")
+    if plan is None and settings.plan:
+        raise SimkitError(f"`plan` {settings.plan!r} is only the record of a plan file; pass the plan itself "
+                          "(simkit.theseus.load_plan_file(text, guide)) as `plan`")
+    if plan is None and settings.recipe is None:
+        raise unknown_name_error("recipe", "None", RECIPES, "or pass a `plan`")
+    seed = settings.seed
+    schedules, metrics = unique(settings.schedule), unique(settings.metric)
+    guide_inits, baselines = unique(settings.guide_init), unique(settings.baselines)
     losses = {m: alignment_loss(m) for m in metrics}
-    if plan is None and recipe not in RECIPES:
-        raise unknown_name_error("recipe", str(recipe), RECIPES, "or pass --plan file.py:make_plan")
-    for label, value in (("--finetune-epochs", finetune_epochs), ("--train-guide", train_guide)):
-        if value < 0:
-            raise SimkitError(f"{label} must be >= 0, got {value}")
-    if resume and run_dir is None:
-        raise SimkitError("--resume needs the run directory of the interrupted run (--out)")
     device = resolve_device(device)
-    head_epochs = finetune_epochs / 6 if head_epochs is None else head_epochs
-    run_dir = Path(run_dir) if run_dir is not None else None
-    fitter = _Fitter(run_dir, resume, seed, progress, checkpoint_every)
+    head_epochs = settings.effective_head_epochs
+    # what a Python caller's run directory is tied to (the CLI passes a RunDir made from spec strings)
+    inputs: dict[str, Any] = {}
+    if run_dir is not None and not isinstance(run_dir, RunDir):
+        inputs = {**settings.to_dict(), "guide": _module_fingerprint(guide), "data": fingerprint(data),
+                  "data_test": fingerprint(data.test) if data.test is not None else None}
 
     with timer("load"):
-        guide_spec = guide if isinstance(guide, str) else type(guide).__name__
-        if isinstance(guide, str):
-            from simkit.models import load_model
-
-            guide = load_model(guide, seed=seed, trust=trust)
         guide.to(device)
-        if isinstance(data, str):
-            from simkit.data import load_data
-
-            data_spec = data
-            data = load_data(data, n=n, seed=seed)
-        else:
-            data_spec = getattr(data, "spec", type(data).__name__)
-            data = data.cap(n)  # --n means the same for a Dataset as for a spec: cap, then split
+        data = data.cap(settings.n)  # `n` means the same for every Dataset: cap, then split
         train, test = data.train_test(seed=seed)
         task = Task.infer(train.inputs, train.labels)
         train_x, test_x = to_device(train.inputs, device), to_device(test.inputs, device)
-        train_t = to_device(task.targets(train_x, train.labels), device)
-        test_t = to_device(task.targets(test_x, test.labels), device)
-        eval_x = take(test_x, slice(0, min(eval_samples, rows(test_x))))
+        train_t = task.targets(train_x, train.labels).to(device)
+        test_t = task.targets(test_x, test.labels).to(device)
+        eval_x = take(test_x, slice(0, min(settings.eval_samples, rows(test_x))))
         if rows(train_x) < 4 or rows(eval_x) < 4:
             raise SimkitError(f"conversion needs at least 4 training and 4 test samples, got "
-                              f"{rows(train_x)} and {rows(eval_x)}; raise --n")
-    s = task.score
-    ft = dict(batch_size=finetune_batch_size, lr=finetune_lr or lr, scheduler="cosine")
+                              f"{rows(train_x)} and {rows(eval_x)}; raise `n`")
 
-    if train_guide:
+    with timer("plan"):
+        sample = take(train_x, slice(0, min(4, rows(train_x))))
+        check_accepts(guide, sample, "the guide")
+        plan_obj = ReplacementPlan.coerce(plan) if plan is not None else make_plan(
+            settings.recipe, guide, rank=settings.rank, group=settings.group, cell=settings.cell, seed=seed)
+        slots, head = resolve_plan(plan_obj, guide, lambda m: run_model(m, sample), seed=seed)
+    if inputs and plan is not None:  # a plan object: what it builds is part of the inputs
+        inputs["plan_targets"] = fingerprint([[list(sl.names), sl.align, _module_fingerprint(sl.target)]
+                                              for sl in slots])
+
+    # validated: from here on the run directory is this run's
+    opened = open_run_dir(run_dir, "convert", inputs, resume=resume)
+    if opened is not None:
+        opened.start()
+    fitter = _Fitter(opened.path if opened else None, opened.resume if opened else False, seed, progress,
+                     checkpoint_every)
+    s = task.score
+    ft: dict[str, Any] = dict(batch_size=settings.finetune_batch_size, lr=settings.effective_finetune_lr,
+                              scheduler="cosine")
+
+    if settings.train_guide:
         with timer("train_guide"):
-            train_task(guide, task, (train_x, train_t), fitter("guide", epochs=train_guide, **ft))
+            train_task(guide, task, (train_x, train_t), fitter("guide", epochs=settings.train_guide, **ft))
     guide.eval()
     for p in guide.parameters():
         p.requires_grad_(False)
 
-    with timer("plan"):
-        plan_obj = make_plan(recipe, guide, plan=plan, rank=rank, group=group, cell=cell, seed=seed) \
-            if plan is None or isinstance(plan, str) else plan
-        sample = take(train_x, slice(0, min(4, rows(train_x))))
-        check_accepts(guide, sample, "the guide")
-        slots, head = resolve_plan(plan_obj, guide, lambda m: run_model(m, sample), seed=seed)
-
-    runs, stage_rows, stage_summary, curves = [], [], [], []
+    runs: list[dict[str, Any]] = []
+    stage_rows: list[dict[str, Any]] = []
+    stage_summary: list[dict[str, Any]] = []
+    curves: list[dict[str, Any]] = []
     scratch_score = None
-    baseline_epochs = head_epochs + finetune_epochs
+    baseline_epochs = head_epochs + settings.finetune_epochs
+    batch_size = settings.batch_size
 
-    def add_curve(phase: str, history, labels: dict[str, Any]) -> None:
+    def add_curve(phase: str, history: TrainHistory, labels: dict[str, Any]) -> None:
         steps, values = _thin(history.losses)
         curves.extend({**labels, "phase": phase, "step": int(a), "loss": float(b)}
                       for a, b in zip(steps, values, strict=True))
 
     if "scratch" in baselines:
         with timer("scratch"):
-            scratch = reinitialise(build_target(guide, slots), seed + 1)
+            scratch = reinitialise(build_target(guide, slots), derive_seed(seed, "scratch"))
             hist = train_task(scratch, task, (train_x, train_t), fitter("scratch", epochs=baseline_epochs, **ft))
-            scratch_score = score(scratch, task, test_x, test_t, 512)
+            scratch_score = score(scratch, task, test_x, test_t, EVAL_BATCH)
             add_curve("scratch", hist, {"schedule": "", "metric": "", "guide_init": ""})
             del scratch
 
     primary = None
+    cache: GuideCache | None = None
     for gi in guide_inits:
         with timer(f"guide_{gi}"):
             g = guide if gi == "trained" else _random_guide(guide, seed, train_x, batch_size)
-            guide_score = score(g, task, test_x, test_t, 512)
+            guide_score = score(g, task, test_x, test_t, EVAL_BATCH)
             independent = "independent" in schedules
             cache = guide_cache(g, slots, train_x, batch_size, want_inputs=independent,
                                 want_logits="kd" in baselines)
             eval_cache = guide_cache(g, slots, eval_x, batch_size, want_inputs=independent)
         kd_score = None
         if "kd" in baselines:
+            if cache.logits is None:
+                raise SimkitError("internal: logit distillation needs the guide's logits cache")
             with timer(f"kd_{gi}"):
-                student = reinitialise(build_target(guide, slots), seed + 2)
+                student = reinitialise(build_target(guide, slots), derive_seed(seed, "kd"))
                 hist = distill(student, task, train_x, cache.logits,
-                               fitter(f"kd-{gi}", epochs=baseline_epochs, **ft), kd_temperature)
-                kd_score = score(student, task, test_x, test_t, 512)
+                               fitter(f"kd-{gi}", epochs=baseline_epochs, **ft), settings.kd_temperature)
+                kd_score = score(student, task, test_x, test_t, EVAL_BATCH)
                 add_curve(f"kd-{gi}", hist, {"schedule": "", "metric": "", "guide_init": gi})
                 del student
         for schedule in schedules:
@@ -261,13 +261,11 @@ def run_conversion(guide: nn.Module | str, data: Any, *, recipe: str | None = "c
                 start = time.perf_counter()
                 converted, probe, stage_info = _convert_arm(
                     g, slots, head, task, schedule, losses[metric], cache, eval_cache,
-                    (train_x, train_t), (test_x, test_t), eval_x, fitter, prefix,
-                    steps_per_stage=steps_per_stage, batch_size=batch_size, lr=lr,
-                    plateau_window=plateau_window, stop_loss=stop_loss, head_epochs=head_epochs,
-                    finetune_epochs=finetune_epochs, ft=ft, seed=seed, labels=labels, add_curve=add_curve)
+                    (train_x, train_t), (test_x, test_t), eval_x, fitter, prefix, settings,
+                    ft=ft, labels=labels, add_curve=add_curve)
                 stage_rows.extend(stage_info["stages"])
                 stage_summary.extend(stage_info["summary"])
-                converted_score = score(converted, task, test_x, test_t, 512)
+                converted_score = score(converted, task, test_x, test_t, EVAL_BATCH)
                 runs.append({**labels, f"guide_{s}": guide_score, f"probe_{s}": probe,
                              f"converted_{s}": converted_score, f"scratch_{s}": scratch_score,
                              f"kd_{s}": kd_score, "align_seconds": round(stage_info["align_seconds"], 2),
@@ -280,7 +278,7 @@ def run_conversion(guide: nn.Module | str, data: Any, *, recipe: str | None = "c
 
     tables = {"runs": pd.DataFrame(runs), "stages": pd.DataFrame(stage_rows),
               "stage_summary": pd.DataFrame(stage_summary), "curves": pd.DataFrame(curves)}
-    if compare_layers and primary is not None:
+    if settings.compare_layers and primary is not None:
         with timer("compare"):
             tables["layer_cka"] = _layer_cka(primary[0], primary[1], slots, eval_x, batch_size, seed, device)
 
@@ -291,37 +289,40 @@ def run_conversion(guide: nn.Module | str, data: Any, *, recipe: str | None = "c
     if "kd" in baselines:
         summary[f"kd_{s}"] = first[f"kd_{s}"]
     summary.update({"schedule": first["schedule"], "metric": first["metric"],
-                    "recipe": recipe if plan is None else f"plan:{plan if isinstance(plan, str) else 'object'}",
+                    "recipe": settings.recipe if plan is None else f"plan:{settings.plan or 'object'}",
                     "guide_init": first["guide_init"], f"probe_{s}": first[f"probe_{s}"],
                     "task": task.kind, "runs": len(runs)})
     extra = {
         "slots": [{"layer": sl.label, "names": list(sl.names), "in_shape": list(sl.in_shape),
-                   "out_shape": list(sl.out_shape), "target": type(sl.module).__name__, "align": sl.align,
-                   "target_params": sum(p.numel() for p in sl.module.parameters()),
+                   "out_shape": list(sl.out_shape), "target": type(sl.target).__name__, "align": sl.align,
+                   "target_params": sum(p.numel() for p in sl.target.parameters()),
                    "guide_params": sum(p.numel() for m in sl.guide_modules for p in m.parameters())}
                   for sl in slots],
         "head": head, "plan": getattr(plan_obj, "description", ""), "score": s,
         "higher_is_better": task.higher_is_better,
-        "guide_forward_batches": cache.batches,
+        "guide_forward_batches": cache.batches if cache is not None else 0,
     }
+    # the settings as given, with the values they resolved to (head epochs, fine-tuning lr, eval rows)
+    recorded = {**settings.to_dict(), "head_epochs": head_epochs, "finetune_lr": settings.effective_finetune_lr,
+                "eval_samples": rows(eval_x), "device": str(device)}
     meta = run_meta(
-        guide=guide_spec, data=data_spec, seed=seed, n=n, n_train=rows(train_x), n_test=rows(test_x),
-        settings={"recipe": recipe, "plan": plan if isinstance(plan, str) else None, "schedules": schedules,
-                  "metrics": metrics, "guide_inits": guide_inits, "baselines": baselines, "rank": rank,
-                  "group": group, "cell": cell, "steps_per_stage": steps_per_stage, "batch_size": batch_size,
-                  "lr": lr, "finetune_epochs": finetune_epochs, "head_epochs": head_epochs,
-                  "finetune_batch_size": finetune_batch_size, "finetune_lr": finetune_lr or lr,
-                  "train_guide": train_guide, "plateau_window": plateau_window, "stop_loss": stop_loss,
-                  "kd_temperature": kd_temperature, "eval_samples": rows(eval_x), "device": str(device)},
+        guide=guide_name or type(guide).__name__, data=data_name or data.spec, seed=seed, n=settings.n,
+        n_train=rows(train_x), n_test=rows(test_x), settings=recorded,
         timings={k: round(v, 3) for k, v in {**timer.seconds, **fitter.seconds}.items()},
     )
     return ConvertResult(summary=summary, tables=tables, meta=meta, extra=extra)
 
 
+def _module_fingerprint(module: nn.Module) -> str:
+    """``fingerprint(module)``, with 0-d state tensors (BatchNorm's ``num_batches_tracked``) as 1-d."""
+    state = {k: v.reshape(1) if v.dim() == 0 else v for k, v in module.state_dict().items()}
+    return fingerprint({"module": type(module).__qualname__, "state": state})
+
+
 def _random_guide(guide: nn.Module, seed: int, inputs: Inputs, batch_size: int) -> nn.Module:
     """An untrained copy of the guide (fresh init from ``seed``), BatchNorm statistics recomputed on the
     unlabeled inputs [ours: an untrained guide's default BN statistics are arbitrary]."""
-    g = fresh_copy(guide, seed + 104729)
+    g = fresh_copy(guide, derive_seed(seed, "random guide"))
     recalibrate(g, inputs, batch_size)
     g.eval()
     for p in g.parameters():
@@ -329,26 +330,32 @@ def _random_guide(guide: nn.Module, seed: int, inputs: Inputs, batch_size: int) 
     return g
 
 
-def _convert_arm(guide, slots, head, task, schedule, loss, cache: GuideCache, eval_cache: GuideCache,
-                 train, test, eval_x, fitter, prefix, *, steps_per_stage, batch_size, lr, plateau_window,
-                 stop_loss, head_epochs, finetune_epochs, ft, seed, labels, add_curve):
+def _convert_arm(guide: nn.Module, slots: Sequence[Slot], head: str, task: Task, schedule: str,
+                 loss: Callable[[Tensor, Tensor], Tensor], cache: GuideCache, eval_cache: GuideCache,
+                 train: tuple[Inputs, Tensor], test: tuple[Inputs, Tensor], eval_x: Inputs, fitter: _Fitter,
+                 prefix: str, settings: ConvertSettings, *, ft: dict[str, Any], labels: dict[str, Any],
+                 add_curve: AddCurve) -> tuple[nn.Module, float, dict[str, Any]]:
     """Align, recalibrate, head-first, fine-tune one (guide, schedule, metric) arm."""
+    batch_size = settings.batch_size
     modules = fresh_modules(slots)
     hybrid = copy.deepcopy(guide)
-    stages_out, summary_out = [], []
+    stages_out: list[dict[str, Any]] = []
+    summary_out: list[dict[str, Any]] = []
     installed: set[int] = set()
     align_seconds = 0.0
-    stages = plan_stages(schedule, len(slots), steps_per_stage)
+    stages = plan_stages(schedule, len(slots), settings.steps_per_stage)
     for stage in stages:
         name = f"{prefix}-{stage.name}"
-        fit_stage = fitter(name, steps=stage.steps, batch_size=batch_size, lr=lr,
-                           plateau_window=plateau_window, stop_loss=stop_loss)
+        fit_stage = fitter(name, steps=stage.steps, batch_size=batch_size, lr=settings.lr,
+                           plateau_window=settings.plateau_window, stop_loss=settings.stop_loss)
         start = time.perf_counter()
         outcome = run_stage(hybrid, slots, modules, stage, cache, train[0], loss, fit_stage)
         align_seconds += time.perf_counter() - start
         installed.update(stage.install)
         if stage.isolated:
             (j,) = stage.train
+            if eval_cache.inputs is None:
+                raise SimkitError("internal: the independent schedule needs the guide inputs cache")
             value = isolated_output(slots[j], modules[j], eval_cache.inputs[j], batch_size)
             rows_ = _cka_rows([value], eval_cache.outputs, slots, {j}, only=[j])
         else:
@@ -372,9 +379,10 @@ def _convert_arm(guide, slots, head, task, schedule, loss, cache: GuideCache, ev
             hybrid_outputs(hybrid, slots, eval_x, batch_size), eval_cache.outputs, slots, installed))
     # Fine-tuning: BN already recalibrated after the last stage; head first (linear probe), then all.
     hist, probe = train_head(hybrid, head, task, train, test,
-                             fitter(f"{prefix}-head", epochs=head_epochs, **ft), batch_size=512, seed=seed + 3)
+                             fitter(f"{prefix}-head", epochs=settings.effective_head_epochs, **ft),
+                             batch_size=EVAL_BATCH, seed=derive_seed(settings.seed, "head"))
     add_curve("head", hist, labels)
-    hist = train_task(hybrid, task, train, fitter(f"{prefix}-finetune", epochs=finetune_epochs, **ft))
+    hist = train_task(hybrid, task, train, fitter(f"{prefix}-finetune", epochs=settings.finetune_epochs, **ft))
     add_curve("finetune", hist, labels)
     stages_out.extend({**labels, "stage": "finetuned", **r} for r in _cka_rows(
         hybrid_outputs(hybrid, slots, eval_x, batch_size), eval_cache.outputs, slots, installed))
@@ -383,17 +391,14 @@ def _convert_arm(guide, slots, head, task, schedule, loss, cache: GuideCache, ev
 
 def _layer_cka(converted: nn.Module, guide: nn.Module, slots: Sequence[Slot], inputs: Inputs,
                batch_size: int, seed: int, device: torch.device) -> pd.DataFrame:
-    """Long table (layer_converted, layer_guide, value): minibatch linear CKA through the core's compare.
+    """Long table (layer_converted, layer_guide, value): minibatch linear CKA through the engine's compare.
 
     Layers: every block of the guide's block container (when it has one) and every replaced output.
     """
-    from simkit.comparison import compare
-    from simkit.theseus.recipes import find_blocks
-
     names = [sl.output_name for sl in slots]
     try:
         container = find_blocks(guide)
-        names += [f"{container}.{i}" for i in range(len(guide.get_submodule(container)))]
+        names += [f"{container}.{i}" for i in range(block_count(guide, container))]
     except SimkitError:
         pass
     order = [n for n, _ in guide.named_modules()]

@@ -21,13 +21,17 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from simkit.errors import SimkitError, unknown_name_error
-from simkit.theseus.plans import Slot, first_tensor, install
+from simkit.forward import eval_mode
+from simkit.layers import select_output
+from simkit.theseus.plans import Slot, install
 from simkit.theseus.task import Inputs, logits_of, rows, run_model, take
+from simkit.training import TrainHistory
 
 SCHEDULES = ("progressive", "sequential", "independent", "joint")
 
@@ -52,7 +56,7 @@ def plan_stages(schedule: str, n_slots: int, steps_per_stage: int) -> list[Stage
     if schedule not in SCHEDULES:
         raise unknown_name_error("schedule", schedule, SCHEDULES, f"valid: {', '.join(SCHEDULES)}")
     if steps_per_stage < 1:
-        raise SimkitError(f"--steps-per-stage must be at least 1, got {steps_per_stage}")
+        raise SimkitError(f"`steps_per_stage` must be at least 1, got {steps_per_stage}")
     every = tuple(range(n_slots))
     if schedule == "joint":
         return [Stage("joint", every, every, every, n_slots - 1, False, steps_per_stage * n_slots)]
@@ -87,6 +91,9 @@ class _Recorder:
     For a slot aligned on its ``output`` that is the output of ``slot.output_name``; for ``delta``
     (residual blocks) it is that output minus the input of ``slot.site``. With ``inputs=True`` the
     input of every slot's site is kept too. ``stop_after``: a slot whose output ends the pass.
+
+    Not ``simkit.layers.record_layers``: this records module *inputs* too, keeps outputs whole
+    (b, *shape) and attached to the graph during training, and can stop the forward pass.
     """
 
     def __init__(self, model: nn.Module, slots: Sequence[Slot], *, inputs: bool = False,
@@ -94,7 +101,7 @@ class _Recorder:
         self.slots = list(slots)
         self.outputs: dict[str, Tensor] = {}
         self.inputs: dict[str, Tensor] = {}
-        self.handles = []
+        self.handles: list[Any] = []
         for slot in self.slots:
             if inputs or slot.align == "delta":
                 module = model.get_submodule(slot.site)
@@ -103,16 +110,16 @@ class _Recorder:
             self.handles.append(module.register_forward_hook(
                 self._hook(slot.output_name, stop_after is not None and slot.output_name == stop_after.output_name)))
 
-    def _hook(self, name: str, stop: bool):
-        def hook(module, args, output):
-            self.outputs[name] = first_tensor(output)
+    def _hook(self, name: str, stop: bool) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple, output: Any) -> None:
+            self.outputs[name] = select_output(output, layer=name)
             if stop:
                 raise _StopForward
         return hook
 
-    def _pre(self, name: str):
-        def hook(module, args):
-            self.inputs[name] = first_tensor(args)
+    def _pre(self, name: str) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple) -> None:
+            self.inputs[name] = select_output(args, layer=name)
         return hook
 
     def value(self, slot: Slot) -> Tensor:
@@ -131,7 +138,11 @@ class _Recorder:
 
 def aligned(slot: Slot, output: Tensor, inputs: Tensor | None) -> Tensor:
     """The representation a slot is aligned on: its output, or output − input for ``delta``."""
-    return output - inputs if slot.align == "delta" else output
+    if slot.align != "delta":
+        return output
+    if inputs is None:
+        raise SimkitError(f"internal: no input recorded for {slot.label!r}, aligned on output − input")
+    return output - inputs
 
 
 class _StopForward(Exception):
@@ -156,23 +167,21 @@ def guide_cache(guide: nn.Module, slots: Sequence[Slot], inputs: Inputs, batch_s
     outs: list[list[Tensor]] = [[] for _ in slots]
     ins: list[list[Tensor]] = [[] for _ in slots]
     logits: list[Tensor] = []
-    was = guide.training
-    guide.eval()
     batches = 0
     try:
-        for start in range(0, rows(inputs), batch_size):
-            recorder.clear()
-            out = run_model(guide, take(inputs, slice(start, start + batch_size)))
-            batches += 1
-            for i, slot in enumerate(slots):
-                outs[i].append(recorder.value(slot).detach().clone())
-                if want_inputs:
-                    ins[i].append(recorder.inputs[slot.site].detach().clone())
-            if want_logits:
-                logits.append(logits_of(out).detach().clone())
+        with eval_mode(guide):
+            for start in range(0, rows(inputs), batch_size):
+                recorder.clear()
+                out = run_model(guide, take(inputs, slice(start, start + batch_size)))
+                batches += 1
+                for i, slot in enumerate(slots):
+                    outs[i].append(recorder.value(slot).detach().clone())
+                    if want_inputs:
+                        ins[i].append(recorder.inputs[slot.site].detach().clone())
+                if want_logits:
+                    logits.append(logits_of(out).detach().clone())
     finally:
         recorder.close()
-        guide.train(was)
     return GuideCache(outputs=[torch.cat(o) for o in outs],
                       inputs=[torch.cat(i) for i in ins] if want_inputs else None,
                       logits=torch.cat(logits) if want_logits else None, batches=batches)
@@ -183,7 +192,7 @@ class StageOutcome:
     """What one stage did: its history, and the names of the trainable and of the changed parameters."""
 
     stage: Stage
-    history: object
+    history: TrainHistory
     trainable: list[str] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)
 
@@ -212,7 +221,7 @@ def _changed(model: nn.Module, before: dict[str, Tensor]) -> list[str]:
 
 def run_stage(hybrid: nn.Module, slots: Sequence[Slot], modules: list[nn.Module], stage: Stage,
               cache: GuideCache, inputs: Inputs, loss: Callable[[Tensor, Tensor], Tensor],
-              fit_stage: Callable[..., object]) -> StageOutcome:
+              fit_stage: Callable[..., TrainHistory]) -> StageOutcome:
     """Install this stage's modules, train what it trains against the cached guide activations.
 
     modules[l]: slot l's target module (the object installed in the hybrid). fit_stage(model,
@@ -271,31 +280,25 @@ def hybrid_outputs(hybrid: nn.Module, slots: Sequence[Slot], inputs: Inputs, bat
     """Eval-mode aligned representations (n, *out_shape) of every slot in the hybrid, full passes."""
     recorder = _Recorder(hybrid, slots)
     outs: list[list[Tensor]] = [[] for _ in slots]
-    was = hybrid.training
-    hybrid.eval()
     try:
-        for start in range(0, rows(inputs), batch_size):
-            run_until(hybrid, take(inputs, slice(start, start + batch_size)), recorder)
-            for i, slot in enumerate(slots):
-                outs[i].append(recorder.value(slot).detach().clone())
+        with eval_mode(hybrid):
+            for start in range(0, rows(inputs), batch_size):
+                run_until(hybrid, take(inputs, slice(start, start + batch_size)), recorder)
+                for i, slot in enumerate(slots):
+                    outs[i].append(recorder.value(slot).detach().clone())
     finally:
         recorder.close()
-        hybrid.train(was)
     return [torch.cat(o) for o in outs]
 
 
 @torch.no_grad()
 def isolated_output(slot: Slot, module: nn.Module, guide_inputs: Tensor, batch_size: int) -> Tensor:
     """Eval-mode aligned representation of one target module on the guide's inputs: (n, *in) → (n, *out)."""
-    was = module.training
-    module.eval()
-    try:
+    with eval_mode(module):
         parts = [guide_inputs[s:s + batch_size] for s in range(0, len(guide_inputs), batch_size)]
         return torch.cat([aligned(slot, module(x), x) for x in parts])
-    finally:
-        module.train(was)
 
 
 def fresh_modules(slots: Sequence[Slot]) -> list[nn.Module]:
     """Independent copies of every slot's initial target module (each arm starts from the same init)."""
-    return [copy.deepcopy(s.module) for s in slots]
+    return [copy.deepcopy(s.target) for s in slots]

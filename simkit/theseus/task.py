@@ -34,8 +34,6 @@ def rows(inputs: Inputs) -> int:
     return int(next(iter(inputs.values())).shape[0]) if isinstance(inputs, dict) else int(inputs.shape[0])
 
 
-
-
 def logits_of(output: Any) -> Tensor:
     """The logits tensor of a model output: a tensor, an object with ``.logits``, or a tuple's first item."""
     if isinstance(output, Tensor):
@@ -70,11 +68,13 @@ class Task:
         if isinstance(ids, Tensor) and not ids.is_floating_point() and ids.dim() == 2:
             return cls("lm")
         raise SimkitError("convert needs labelled data (classification) or token ids (n, T) for a causal "
-                          "language model; pass a labelled --data spec")
+                          "language model; pass labelled `data`")
 
     def targets(self, inputs: Inputs, labels: Tensor | None) -> Tensor:
         """(n,) labels, or (n, T) token ids with padding set to -100."""
         if self.kind == "classification":
+            if labels is None:
+                raise SimkitError("classification needs labels; pass labelled `data`")
             return labels
         if isinstance(inputs, dict):
             ids = inputs["input_ids"].clone()

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from simkit.errors import SimkitError
+from simkit.forward import eval_mode, modes_kept
 from simkit.training.config import TrainConfig, TrainHistory
 from simkit.training.loop import fit
 
@@ -27,7 +28,8 @@ def train_classifier(model: nn.Module, data: Dataset, config: TrainConfig,
                      resume: bool = False, **fit_kwargs) -> TrainHistory:
     """Train ``model`` (inputs (n, ...) → logits (n, classes)) with cross-entropy on ``data.labels``.
 
-    The model is in train mode during training and back in its previous mode afterwards.
+    The model is in train mode during training; afterwards every submodule is back in its own earlier
+    mode (a frozen part that was in eval mode stays so).
     Extra keyword arguments go to :func:`fit` (params, optimizer, callback, graft_log).
     """
     if data.labels is None:
@@ -35,36 +37,30 @@ def train_classifier(model: nn.Module, data: Dataset, config: TrainConfig,
     if isinstance(data.inputs, dict):
         raise SimkitError("train_classifier takes tensor inputs, not tokenised text; use fit with your own loss")
 
-    def loss_fn(batch: tuple[Tensor, Tensor]) -> Tensor:
+    def loss_fn(batch: tuple[Tensor, ...]) -> Tensor:
         x, y = batch
         return F.cross_entropy(model(x), y)
 
-    was_training = model.training
-    model.train()
-    try:
+    with modes_kept(model):
+        model.train()
         return fit(model, loss_fn, (data.inputs, data.labels), config, run_dir=run_dir, name=name,
                    resume=resume, **fit_kwargs)
-    finally:
-        model.train(was_training)
 
 
 @torch.no_grad()
 def evaluate_accuracy(model: nn.Module, x: Tensor, y: Tensor, batch_size: int = 512) -> float:
-    """Top-1 accuracy of ``model`` on inputs x (n, ...) and labels y (n,), in eval mode (mode restored)."""
+    """Top-1 accuracy of ``model`` on inputs x (n, ...) and labels y (n,), in eval mode; afterwards every
+    submodule is back in its own earlier mode (``simkit.forward.eval_mode``)."""
     if len(x) != len(y):
-        raise SimkitError(f"inputs and labels differ in length ({len(x)} vs {len(y)})")
+        raise SimkitError(f"inputs `x` and labels `y` differ in length ({len(x)} vs {len(y)})")
     if len(x) == 0:
         raise SimkitError("evaluate_accuracy got zero samples")
-    was_training = model.training
-    model.eval()
     device = _device(model)
     correct = 0
-    try:
+    with eval_mode(model):
         for start in range(0, len(x), batch_size):
             logits = model(x[start:start + batch_size].to(device))
             correct += int((logits.argmax(dim=-1).cpu() == y[start:start + batch_size].cpu()).sum())
-    finally:
-        model.train(was_training)
     return correct / len(x)
 
 
@@ -80,13 +76,12 @@ def recalibrate_batchnorm(model: nn.Module, inputs: Tensor, batch_size: int) -> 
     if not norms:
         return
     if batch_size < 1:
-        raise SimkitError(f"batch_size must be >= 1, got {batch_size}")
-    modes = {m: m.training for m in model.modules()}
+        raise SimkitError(f"`batch_size` must be >= 1, got {batch_size}")
     momenta = {m: m.momentum for m in norms}
     device = _device(model)
     cuda = [device] if device.type == "cuda" else []
     try:  # fork_rng: dropout in train mode must not move the global RNG
-        with torch.random.fork_rng(devices=cuda):
+        with modes_kept(model), torch.random.fork_rng(devices=cuda):
             for m in norms:
                 m.reset_running_stats()
                 m.momentum = None
@@ -94,7 +89,5 @@ def recalibrate_batchnorm(model: nn.Module, inputs: Tensor, batch_size: int) -> 
             for start in range(0, len(inputs), batch_size):
                 model(inputs[start:start + batch_size].to(device))
     finally:
-        for m, mode in modes.items():
-            m.training = mode
         for m, momentum in momenta.items():
             m.momentum = momentum

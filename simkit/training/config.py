@@ -55,21 +55,21 @@ class TrainConfig:
     def validate(self) -> None:
         """Raise SimkitError for settings that cannot run."""
         if self.steps is None and self.epochs is None:
-            raise SimkitError("training needs a length; set TrainConfig.steps or TrainConfig.epochs")
+            raise SimkitError("training needs a length; set `steps` or `epochs` (TrainConfig)")
         if self.steps is not None and self.steps < 0:
-            raise SimkitError(f"steps must be >= 0, got {self.steps}")
+            raise SimkitError(f"`steps` must be >= 0, got {self.steps}")
         if self.epochs is not None and not self.epochs >= 0:
-            raise SimkitError(f"epochs must be >= 0, got {self.epochs}")
+            raise SimkitError(f"`epochs` must be >= 0, got {self.epochs}")
         if self.batch_size < 1:
-            raise SimkitError(f"batch_size must be >= 1, got {self.batch_size}")
+            raise SimkitError(f"`batch_size` must be >= 1, got {self.batch_size}")
         if self.optimizer not in OPTIMIZERS:
-            raise SimkitError(f"unknown optimizer {self.optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
+            raise SimkitError(f"unknown optimizer {self.optimizer!r} (`optimizer`); use one of {', '.join(OPTIMIZERS)}")
         if self.scheduler not in SCHEDULERS:
-            raise SimkitError(f"unknown scheduler {self.scheduler!r}; use None or 'cosine'")
+            raise SimkitError(f"unknown scheduler {self.scheduler!r} (`scheduler`); use None or 'cosine'")
         if not 0 < self.plateau_factor < 1:
-            raise SimkitError(f"plateau_factor must be in (0, 1), got {self.plateau_factor}")
+            raise SimkitError(f"`plateau_factor` must be in (0, 1), got {self.plateau_factor}")
         if self.plateau_window < 0 or self.checkpoint_every < 0:
-            raise SimkitError("plateau_window and checkpoint_every must be >= 0")
+            raise SimkitError("`plateau_window` and `checkpoint_every` must be >= 0")
 
     def total_steps(self, steps_per_epoch: int) -> int:
         """The step budget: ``steps``, ``ceil(epochs * steps_per_epoch)``, or the smaller of the two."""

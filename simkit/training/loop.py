@@ -56,7 +56,7 @@ def build_optimizer(params: Iterable[nn.Parameter], config: TrainConfig) -> Opti
     config.validate()
     params = list(params)
     if not params:
-        raise SimkitError("nothing to train: no parameter has requires_grad=True; unfreeze some or pass params=")
+        raise SimkitError("nothing to train: no parameter has requires_grad=True; unfreeze some or pass `params`")
     if config.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     if config.optimizer == "adam":
@@ -147,13 +147,13 @@ def _check_data(data: Sequence[Tensor]) -> int:
     if isinstance(data, Tensor):
         raise SimkitError("fit expects data as a tuple of tensors, e.g. (inputs, labels); wrap one tensor as (x,)")
     if not data:
-        raise SimkitError("fit got no data tensors; pass data=(inputs, ...)")
+        raise SimkitError("fit got no data tensors; pass `data` as a tuple (inputs, ...)")
     n = len(data[0])
     for t in data:
         if len(t) != n:
             raise SimkitError(f"data tensors differ in length ({[len(t) for t in data]}); give them the same first axis")
     if n == 0:
-        raise SimkitError("fit got zero samples; check the data spec or --n")
+        raise SimkitError("fit got zero samples; check the data spec or `n`")
     return n
 
 
@@ -190,7 +190,7 @@ def fit(model: nn.Module, loss_fn: Callable[[tuple[Tensor, ...]], Tensor], data:
     config.validate()
     n = _check_data(data)
     if resume and run_dir is None:
-        raise SimkitError("resume needs a run directory; pass run_dir (the --out of the interrupted run)")
+        raise SimkitError("resume needs a run directory; pass `run_dir` (where the interrupted run wrote)")
     if optimizer is None:
         optimizer = build_optimizer(params if params is not None else
                                     (p for p in model.parameters() if p.requires_grad), config)
@@ -217,7 +217,7 @@ def fit(model: nn.Module, loss_fn: Callable[[tuple[Tensor, ...]], Tensor], data:
             save_checkpoint(ckpt, payload(step, history, finished))
 
     history, step = TrainHistory(), 0
-    if resume and ckpt.is_file():
+    if resume and ckpt is not None and ckpt.is_file():
         saved = load_checkpoint(ckpt)
         _check_resumable(saved, config, ckpt)
         _restore(model, optimizer, controller, saved, ckpt)
@@ -292,7 +292,7 @@ def _check_resumable(saved: dict[str, Any], config: TrainConfig, path: Path) -> 
     if changed:
         diff = ", ".join(f"{k}={old.get(k)!r}→{new[k]!r}" for k in changed)
         raise SimkitError(f"{path} was made with other training settings ({diff}); resume with the same "
-                          "settings or start over without --resume")
+                          "settings or start over without `resume`")
 
 
 def _restore(model, optimizer, controller, saved, path) -> None:
@@ -302,6 +302,6 @@ def _restore(model, optimizer, controller, saved, path) -> None:
     except (RuntimeError, ValueError, KeyError) as exc:
         first = str(exc).strip().splitlines()[0]
         raise SimkitError(f"{path} does not match this model/optimizer ({first}); rebuild the same "
-                          "architecture (replay the graft log) or start over without --resume") from None
+                          "architecture (replay the graft log) or start over without `resume`") from None
     controller.load_state_dict(saved["controller"])
     set_rng_state(saved["rng"])

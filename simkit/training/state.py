@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -33,7 +33,9 @@ def log_path(run_dir: str | Path, name: str) -> Path:
 def rng_state() -> dict[str, Any]:
     """Every RNG state that training can touch: Python, numpy, torch CPU and (if initialised) CUDA."""
     version, internal, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    # legacy=True always gives the tuple; numpy's stubs type the result as tuple | dict
+    numpy_state = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state(legacy=True))
+    kind, keys, pos, has_gauss, cached = numpy_state
     state: dict[str, Any] = {
         "python": [version, list(internal), gauss],
         "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
@@ -68,13 +70,13 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
-        raise SimkitError(f"no checkpoint at {path}; run without --resume first") from None
+        raise SimkitError(f"no checkpoint at {path}; run without `resume` first") from None
     except Exception as exc:  # a corrupt or foreign file
         raise SimkitError(f"{path} is not a readable simkit checkpoint ({type(exc).__name__}: {exc}); "
-                          "delete it and rerun without --resume") from None
+                          "delete it and rerun without `resume`") from None
     if not isinstance(data, dict) or data.get("version") != CHECKPOINT_VERSION:
         raise SimkitError(f"{path} is not a simkit checkpoint of version {CHECKPOINT_VERSION}; "
-                          "delete it and rerun without --resume")
+                          "delete it and rerun without `resume`")
     return data
 
 

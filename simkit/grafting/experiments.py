@@ -2,10 +2,13 @@
 
 E1 bit mismatches of a graft; E2 the three gate arms under SGD; E3 recompute cost against cone size at
 every depth; F3 a run grafted mid-way, killed (SIGKILL, in a subprocess) and resumed in a new process.
+Every graft runs under ``eval_mode`` (its probe passes change no running statistic); models that
+train are put back in train mode after it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -14,6 +17,7 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,11 +28,15 @@ import torch
 from torch import nn
 
 from simkit.errors import SimkitError
+from simkit.forward import eval_mode
+from simkit.grafting.settings import GraftSettings
+from simkit.grafting.tasks import Task, save_task
+from simkit.io import save_torch, write_json
+from simkit.seeding import derive_seed
 from simkit.surgery.branches import GatedResidual, MLPBranch
 from simkit.surgery.cone import CachedRunner, downstream_cone, find_node, trace
 from simkit.surgery.log import GraftLog
-from simkit.surgery.ops import graft_gated_residual
-from simkit.surgery.tasks import SuiteSettings, Task
+from simkit.surgery.ops import Graft, graft_gated_residual
 from simkit.training import (
     MetricsLog,
     TrainConfig,
@@ -61,21 +69,28 @@ def e1_shortfall(values: int, samples: int) -> str | None:
             "raise --n (the probe is the first 64 samples of a user's data, 8 sequences for the built-in model)")
 
 
-def run_e1(task: Task, s: SuiteSettings) -> pd.DataFrame:
+def graft_in_eval_mode(model: nn.Module, *args: Any, **kwargs: Any) -> Graft:
+    """:func:`simkit.surgery.graft_gated_residual` with the probe passes in eval mode (modes kept)."""
+    with eval_mode(model):
+        return graft_gated_residual(model, *args, **kwargs)
+
+
+def run_e1(task: Task, s: GraftSettings) -> pd.DataFrame:
     """Graft with each gate (shadow, net2net) on a fresh model; bits of the outputs before vs after.
 
     Warns (RuntimeWarning, :func:`e1_shortfall`) when fewer than ``E1_MIN_VALUES`` values were compared.
     """
-    rows = []
+    after, branch = s.site()
+    rows: list[dict[str, Any]] = []
     gates = ("shadow", "net2net") + ((s.gate,) if s.gate not in ("shadow", "net2net") else ())
     for gate in gates:
         model = task.make_model()
-        g = graft_gated_residual(model, s.after, s.branch, gate, probe=task.probe, seed=s.seed,
-                                 allow_double_zero=s.allow_double_zero)
-        rows.append({"gate": gate, "after": s.after, "branch": s.branch, "values_compared": g.values_compared,
+        g = graft_in_eval_mode(model, after, branch, gate, probe=task.probe, seed=s.seed,
+                               allow_double_zero=s.allow_double_zero)
+        rows.append({"gate": gate, "after": after, "branch": branch, "values_compared": g.values_compared,
                      "mismatches": g.mismatches, "site_mismatches": g.site_mismatches,
                      **g.preconditions, "bookkeeping_s": g.bookkeeping_s})
-    note = e1_shortfall(min(r["values_compared"] for r in rows), probe_rows(task.probe))
+    note = e1_shortfall(min(int(r["values_compared"]) for r in rows), probe_rows(task.probe))
     if note:
         warnings.warn(note, RuntimeWarning, stacklevel=2)
     return pd.DataFrame(rows)
@@ -93,19 +108,21 @@ def _first_nonzero(frame: pd.DataFrame, column: str) -> int | None:
     return int(hit.iloc[0]) if len(hit) else None
 
 
-def run_e2_arm(task: Task, s: SuiteSettings, arm: str, run_dir: Path | None, resume: bool) -> pd.DataFrame:
+def run_e2_arm(task: Task, s: GraftSettings, arm: str, run_dir: Path | None, resume: bool) -> pd.DataFrame:
     """Train the whole model with plain SGD after a graft with gate ``arm``; one row per step."""
+    after, branch = s.site()
     model = task.make_model().train()
     cfg = TrainConfig(steps=s.steps, batch_size=s.batch_size, lr=s.e2_lr, optimizer="sgd", momentum=0.0,
-                      seed=s.seed, checkpoint_every=max(1, s.steps // 5), progress=s.progress,
+                      seed=s.seed, checkpoint_every=max(1, s.steps // 5), progress=task.progress,
                       description=f"E2 {arm}")
     opt = build_optimizer(model.parameters(), cfg)
-    g = graft_gated_residual(model, s.after, s.branch, arm, probe=task.probe, seed=s.seed, optimizer=opt,
-                             allow_double_zero=True)
+    g = graft_in_eval_mode(model, after, branch, arm, probe=task.probe, seed=s.seed, optimizer=opt,
+                           allow_double_zero=True)
+    model.train()  # the gate too (it took the eval mode of its site during the graft)
     gate, name = g.gate, f"e2_{arm}"
     seen: dict[str, float] = {}
 
-    def remember(module, inputs, output):  # α and ‖R(x)‖ as used in this step's forward pass
+    def remember(module: nn.Module, inputs: Any, output: torch.Tensor) -> None:  # α and ‖R(x)‖ of this step
         seen["alpha"] = float(gate.alpha.detach())
         seen["norm"] = float(output.detach().flatten(1).double().norm(dim=1).mean())
 
@@ -152,7 +169,7 @@ def e2_arms_table(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def run_e2(task: Task, s: SuiteSettings, run_dir: Path | None,
+def run_e2(task: Task, s: GraftSettings, run_dir: Path | None,
            resume: bool) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """The three arms: (per-step table, per-arm table, summary)."""
     frame = pd.concat([run_e2_arm(task, s, arm, run_dir, resume) for arm in E2_ARMS], ignore_index=True)
@@ -170,10 +187,10 @@ def run_e2(task: Task, s: SuiteSettings, run_dir: Path | None,
 
 
 # ---------------------------------------------------------------- E3
-def e3_sites(model: nn.Module, s: SuiteSettings) -> tuple[list[str], list[str]]:
+def e3_sites(model: nn.Module, s: GraftSettings, builtin: bool) -> tuple[list[str], list[str]]:
     """(graft sites in depth order, leaf modules for tracing)."""
     blocks = getattr(model, "blocks", None)
-    if s.builtin and isinstance(blocks, nn.ModuleList):
+    if builtin and isinstance(blocks, nn.ModuleList):
         sites = ["embed"] + [f"blocks.{i}" for i in range(len(blocks))]
         return sites, sites
     gm = trace(model)
@@ -185,7 +202,7 @@ def e3_sites(model: nn.Module, s: SuiteSettings) -> tuple[list[str], list[str]]:
     return names, []
 
 
-def _best_time(fn, repeats: int = 3) -> float:
+def _best_time(fn: Callable[[], Any], repeats: int = 3) -> float:
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
@@ -195,11 +212,11 @@ def _best_time(fn, repeats: int = 3) -> float:
 
 
 @torch.no_grad()
-def run_e3(task: Task, s: SuiteSettings) -> tuple[pd.DataFrame, dict[str, Any]]:
+def run_e3(task: Task, s: GraftSettings) -> tuple[pd.DataFrame, dict[str, Any]]:
     """At every depth: graft a shadow-gated pre-norm MLP, recompute only the cone, time it."""
     model = task.make_model()
     try:
-        sites, leaves = e3_sites(model, s)
+        sites, leaves = e3_sites(model, s, task.builtin)
     except SimkitError as exc:
         return pd.DataFrame(), {"e3_cone_cost_correlation": float("nan"), "e3_note": str(exc)}
     full_s = _best_time(lambda: model(task.probe))
@@ -207,25 +224,25 @@ def run_e3(task: Task, s: SuiteSettings) -> tuple[pd.DataFrame, dict[str, Any]]:
     for depth, site in enumerate(sites):
         runner = CachedRunner(trace(task.make_model(), leaves=leaves))
         runner.run(task.probe)
-        stream = runner.cache[find_node(runner.module, site).name]
+        stream = runner.cache[find_node(runner.gm, site).name]
         if not (isinstance(stream, torch.Tensor) and stream.is_floating_point() and stream.ndim >= 2):
             continue
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(s.seed)
             gate = GatedResidual(MLPBranch(stream.shape[-1]), alpha=0.0, dtype=stream.dtype)
         new = runner.graft(site, gate, f"e3_graft_{depth}")
-        cone = downstream_cone(runner.module, new)
+        cone = downstream_cone(runner.gm, new)
 
-        def rerun(runner=runner, new=new):
+        def rerun(runner: CachedRunner = runner, new: torch.fx.Node = new) -> None:
             runner.dirty = {new.name}
             runner.run(task.probe)
 
         recompute_s = _best_time(rerun)
         if len(runner.recomputed) != 1 + len(cone):
             raise RuntimeError(f"cached runner recomputed {len(runner.recomputed)} nodes, cone has {len(cone) + 1}")
-        g = graft_gated_residual(task.make_model(), site, "mlp", "shadow", probe=task.probe, seed=s.seed)
+        g = graft_in_eval_mode(task.make_model(), site, "mlp", "shadow", probe=task.probe, seed=s.seed)
         rows.append({"depth": depth, "site": site, "cone_nodes": len(cone) + 1,
-                     "graph_nodes": sum(1 for n in runner.module.graph.nodes if n.op != "placeholder"),
+                     "graph_nodes": sum(1 for n in runner.gm.graph.nodes if n.op != "placeholder"),
                      "recompute_s": recompute_s, "full_forward_s": full_s, "bookkeeping_s": g.bookkeeping_s,
                      "mismatches": g.mismatches})
     frame = pd.DataFrame(rows)
@@ -236,28 +253,29 @@ def run_e3(task: Task, s: SuiteSettings) -> tuple[pd.DataFrame, dict[str, Any]]:
 
 
 # ---------------------------------------------------------------- F3
-def f3_configs(s: SuiteSettings) -> tuple[TrainConfig, TrainConfig, int]:
+def f3_configs(s: GraftSettings, progress: bool = False) -> tuple[TrainConfig, TrainConfig, int]:
     """Stage configs (before / after the graft) and the stage-2 step at which the worker hangs."""
     s1 = s.steps // 2
     s2 = s.steps - s1
     every = max(2, s2 // 4)
     cfg1 = TrainConfig(steps=s1, batch_size=s.batch_size, lr=s.f3_lr, optimizer="adamw", seed=s.seed,
-                       checkpoint_every=every, progress=s.progress, description="F3 before graft")
-    cfg2 = replace(cfg1, steps=s2, seed=s.seed + 1, description="F3 after graft")
+                       checkpoint_every=every, progress=progress, description="F3 before graft")
+    cfg2 = replace(cfg1, steps=s2, seed=derive_seed(s.seed, "f3_stage2"), description="F3 after graft")
     hang = s2 // 2 + 1
     if hang % every == 0:
         hang += 1
     return cfg1, cfg2, min(hang, s2 - 1)
 
 
-def run_f3_training(task: Task, s: SuiteSettings, run_dir: Path, *, resume: bool,
+def run_f3_training(task: Task, s: GraftSettings, run_dir: Path, *, resume: bool,
                     hang_at: int | None = None) -> list[float]:
     """Train cfg1 steps, graft (logged, new params join the AdamW optimizer), train cfg2 steps.
 
     Resuming after the graft rebuilds the architecture by replaying the graft log stored in the
     stage-2 checkpoint; ``hang_at`` (worker only) blocks at that stage-2 step so it can be killed.
     """
-    cfg1, cfg2, _ = f3_configs(s)
+    after, branch = s.site()
+    cfg1, cfg2, _ = f3_configs(s, task.progress)
     model = task.make_model().train()
     opt = build_optimizer(model.parameters(), cfg1)
     stage2 = checkpoint_path(run_dir, "f3_stage2")
@@ -270,8 +288,8 @@ def run_f3_training(task: Task, s: SuiteSettings, run_dir: Path, *, resume: bool
         h1 = fit(model, task.loss(model), task.data, cfg1, optimizer=opt, run_dir=run_dir, name="f3_stage1",
                  resume=resume)
         log = GraftLog()
-        graft_gated_residual(model, s.after, s.branch, s.gate, probe=task.probe, seed=s.seed, optimizer=opt,
-                             log=log, allow_double_zero=s.allow_double_zero)
+        graft_in_eval_mode(model, after, branch, s.gate, probe=task.probe, seed=s.seed, optimizer=opt, log=log,
+                           allow_double_zero=s.allow_double_zero)
         model.train()
 
     def hang(step: int, loss: float) -> None:
@@ -284,8 +302,8 @@ def run_f3_training(task: Task, s: SuiteSettings, run_dir: Path, *, resume: bool
     return h1.losses + h2.losses
 
 
-def _worker(run_dir: Path, settings: Path, mode: str, hang_at: int | None = None) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "simkit.surgery.f3_worker", str(settings), str(run_dir), mode,
+def _worker(run_dir: Path, inputs: Path, mode: str, hang_at: int | None = None) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "simkit.grafting.f3_worker", str(inputs), str(run_dir), mode,
            str(torch.get_num_threads())]
     if hang_at is not None:
         cmd.append(str(hang_at))
@@ -293,59 +311,63 @@ def _worker(run_dir: Path, settings: Path, mode: str, hang_at: int | None = None
                             env={**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())})
 
 
-def _drop_moments(path: Path) -> None:
-    from simkit.io import save_torch
+def _stderr(process: subprocess.Popen[bytes]) -> str:
+    return process.stderr.read().decode()[-2000:] if process.stderr is not None else ""
 
+
+def _drop_moments(path: Path) -> None:
     data = load_checkpoint(path)
     data["optimizer"]["state"] = {}
     save_torch(path, data)
 
 
-def run_f3(task: Task, s: SuiteSettings, out: Path, timeout: float = 1800.0) -> tuple[pd.DataFrame, dict[str, Any]]:
+def run_f3(task: Task, s: GraftSettings, out: Path, timeout: float = 1800.0) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Uninterrupted run (in process) vs a run killed by SIGKILL in a subprocess and resumed in another;
-    then the same resume with the optimizer moments dropped."""
-    from simkit.io import write_json
+    then the same resume with the optimizer moments dropped.
 
+    The worker processes rebuild the task from ``<out>/f3/inputs/``: the settings, the initial model
+    and the data tensors (:func:`simkit.grafting.tasks.save_task`).
+    """
     root = out / "f3"
     if root.exists():
         shutil.rmtree(root)  # F3 is about interruption itself: always redone from scratch
-    full_dir, cut_dir, bare_dir = root / "full", root / "killed", root / "no_moments"
-    for d in (full_dir, cut_dir):
+    full_dir, cut_dir, bare_dir, inputs = root / "full", root / "killed", root / "no_moments", root / "inputs"
+    for d in (full_dir, cut_dir, inputs):
         d.mkdir(parents=True)
-    settings_path = write_json(root / "settings.json", {**s.to_dict(), "progress": False})
-    cfg1, cfg2, hang_at = f3_configs(s)
-    worker = _worker(cut_dir, settings_path, "fresh", hang_at)
+    write_json(inputs / "settings.json", s.to_dict())
+    save_task(task, inputs)
+    _, _, hang_at = f3_configs(s)
+    s1 = s.steps // 2
+    worker = _worker(cut_dir, inputs, "fresh", hang_at)
     full = run_f3_training(task, s, full_dir, resume=False)
     deadline = time.time() + timeout
     while not (cut_dir / "f3_reached").exists():
         if worker.poll() is not None:
-            raise RuntimeError(f"F3 worker exited early: {worker.stderr.read().decode()[-2000:]}")
+            raise RuntimeError(f"F3 worker exited early: {_stderr(worker)}")
         if time.time() > deadline:
             worker.kill()
             raise RuntimeError("F3 worker did not reach the kill point in time")
         time.sleep(0.05)
     os.kill(worker.pid, signal.SIGKILL)
     worker.wait()
-    worker.stderr.close()
+    if worker.stderr is not None:
+        worker.stderr.close()
     ckpt = load_checkpoint(checkpoint_path(cut_dir, "f3_stage2"))
-    resumed_from = cfg1.steps + int(ckpt["step"])
+    resumed_from = s1 + int(ckpt["step"])
     shutil.copytree(cut_dir, bare_dir)
     _drop_moments(checkpoint_path(bare_dir, "f3_stage2"))
-    resumer = _worker(cut_dir, settings_path, "resume")
+    resumer = _worker(cut_dir, inputs, "resume")
     _, err = resumer.communicate(timeout=timeout)
     if resumer.returncode != 0:
         raise RuntimeError(f"F3 resume worker failed: {err.decode()[-2000:]}")
-    import json
-
     resumed = json.loads((cut_dir / "f3_losses.json").read_text())
-    quiet = replace(s, progress=False)
-    bare = run_f3_training(task, quiet, bare_dir, resume=True)
+    bare = run_f3_training(replace(task, progress=False), s, bare_dir, resume=True)
     identical = float_bits(resumed) == float_bits(full)
     diverge = next((i + 1 for i, (a, b) in enumerate(zip(float_bits(full), float_bits(bare), strict=True))
                     if a != b), None)
     frame = pd.DataFrame({"step": range(1, len(full) + 1), "loss_uninterrupted": full,
                           "loss_killed_resumed": resumed, "loss_resumed_without_moments": bare})
     summary = {"f3_resume_bit_identical": identical, "f3_without_moments_diverges_at_step": diverge,
-               "f3_graft_at_step": cfg1.steps, "f3_killed_after_step": cfg1.steps + hang_at,
+               "f3_graft_at_step": s1, "f3_killed_after_step": s1 + hang_at,
                "f3_resumed_from_step": resumed_from}
     return frame, summary

@@ -1,21 +1,24 @@
-"""Turn what users pass as data into a stream of input batches.
+"""Turn what users pass as data into a stream of global input batches, strided over torchrun ranks.
 
 Accepted: a Tensor (first axis = samples), a dict of tensors (tokenised text), a
 ``simkit.data.Dataset``, or any iterable of batches (a DataLoader yielding tensors, ``(x, y)``
 tuples or dicts). Batches are defined globally (batch ``i`` holds the same samples whatever the number
-of processes); under torchrun each rank takes every ``world_size``-th batch.
+of processes); under torchrun each rank takes every ``world_size``-th batch. Every batch comes with
+its global index ``i``, which the accumulators need (it seeds the minibatch null and orders stored
+samples) and which only this module knows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
 
 from simkit.errors import SimkitError
+from simkit.forward import Batch
 
-Batch = torch.Tensor | dict[str, torch.Tensor]
+__all__ = ["Batch", "batch_rows", "check_batch_size", "count_rows", "data_label", "global_batches", "rebatch", "steps"]
 
 
 def batch_rows(batch: Batch) -> int:
@@ -55,25 +58,45 @@ def count_rows(data: Any) -> int | None:
     return None
 
 
+def data_label(data: Any, data_name: str | None = None) -> str:
+    """The data's name in results: ``data_name``, else a simkit Dataset's spec, else the type's name."""
+    if data_name is not None:
+        return data_name
+    spec = getattr(data, "spec", None)
+    return spec if _is_dataset(data) and isinstance(spec, str) else type(data).__name__
+
+
+def steps(total: int | None, n: int | None, batch_size: int) -> int | None:
+    """Global batches of ``batch_size`` over ``min(total, n)`` samples (None when ``total`` is unknown)."""
+    if total is None:
+        return None
+    if n is not None:
+        total = min(total, n)
+    return -(-total // batch_size)
+
+
 def check_batch_size(batch_size: int) -> None:
     """Raise unless ``batch_size`` is a positive integer."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise SimkitError(f"--batch-size must be a positive integer, got {batch_size!r}")
+        raise SimkitError(f"`batch_size` must be a positive integer, got {batch_size!r}")
 
 
-def iter_batches(data: Any, batch_size: int, n: int | None = None, *, rank: int = 0,
-                 world_size: int = 1) -> Iterator[Batch]:
-    """Yield this rank's input batches of at most ``batch_size`` rows, ``n`` samples in all at most.
+def global_batches(data: Any, batch_size: int, n: int | None = None, *, rank: int = 0,
+                   world_size: int = 1) -> Iterator[tuple[int, Batch]]:
+    """Yield ``(global index, batch)`` for this rank's input batches of at most ``batch_size`` rows,
+    ``n`` samples in all at most.
 
     data: Tensor (N, ...), dict of (N, ...) tensors, Dataset, or an iterable of batches.
     """
     check_batch_size(batch_size)
     if _is_dataset(data) or isinstance(data, torch.Tensor | dict):
-        total = count_rows(data) if n is None else min(n, count_rows(data))
-        rows = data.rows if _is_dataset(data) else lambda start, stop: _slice(data, start, stop)
+        known = len(data) if _is_dataset(data) else batch_rows(data)
+        total = known if n is None else min(n, known)
+        rows: Callable[[int, int], Batch] = data.rows if _is_dataset(data) else (
+            lambda start, stop: _slice(data, start, stop))
         for index, start in enumerate(range(0, total, batch_size)):
             if index % world_size == rank:
-                yield rows(start, min(start + batch_size, total))
+                yield index, rows(start, min(start + batch_size, total))
         return
     if not isinstance(data, Iterable):
         raise SimkitError(f"data of type {type(data).__name__} is not iterable; pass a Tensor, a "
@@ -82,8 +105,9 @@ def iter_batches(data: Any, batch_size: int, n: int | None = None, *, rank: int 
 
 
 def rebatch(stream: Iterable[Batch], batch_size: int, n: int | None, rank: int,
-             world_size: int) -> Iterator[Batch]:
-    """Cut a stream of arbitrary-size batches into global batches of ``batch_size`` rows."""
+            world_size: int) -> Iterator[tuple[int, Batch]]:
+    """Cut a stream of arbitrary-size batches into global batches of ``batch_size`` rows; yield this
+    rank's as ``(global index, batch)``."""
     check_batch_size(batch_size)
     pending: list[Batch] = []
     pending_rows = 0
@@ -91,9 +115,10 @@ def rebatch(stream: Iterable[Batch], batch_size: int, n: int | None, rank: int,
     index = 0
 
     def emit(parts: list[Batch]) -> Batch:
-        if isinstance(parts[0], dict):
-            return {key: torch.cat([p[key] for p in parts]) for key in parts[0]}
-        return torch.cat(parts) if len(parts) > 1 else parts[0]
+        first = parts[0]
+        if isinstance(first, dict):
+            return {key: torch.cat([p[key] for p in parts if isinstance(p, dict)]) for key in first}
+        return torch.cat([p for p in parts if isinstance(p, torch.Tensor)]) if len(parts) > 1 else first
 
     for batch in stream:
         rows = batch_rows(batch)
@@ -107,10 +132,10 @@ def rebatch(stream: Iterable[Batch], batch_size: int, n: int | None, rank: int,
             batch, rows = _slice(batch, take, rows), rows - take
             if pending_rows == batch_size:
                 if index % world_size == rank:
-                    yield emit(pending)
+                    yield index, emit(pending)
                 index += 1
                 pending, pending_rows = [], 0
         if n is not None and seen >= n:
             break
     if pending and index % world_size == rank:
-        yield emit(pending)
+        yield index, emit(pending)

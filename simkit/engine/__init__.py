@@ -1,0 +1,24 @@
+"""The engine: stream batches through models (or read activation caches) once, feed every layer
+pair's accumulators, reduce over ranks, and assemble one kind of result whichever the entry point.
+
+- ``compare(model_a, model_b, data, ...)`` → ``CompareResult`` (``simkit.engine.comparison``);
+- ``compare_caches(path_a, path_b, ...)`` → ``CompareResult`` from two activation caches;
+- ``study(paths, ...)`` → ``StudyResult``: a model × model matrix from many caches in one pass
+  (``simkit.engine.studies``);
+- ``capture(model, data, out, ...)`` writes an activation cache (``simkit.engine.caches``).
+
+Parts: ``batches`` (data of any form → global batches strided over ranks), ``sources`` (model taps,
+cache readers), ``options`` (the shared options, checked once), ``measure`` (feeding the accumulator,
+rank reduction), ``assemble`` (the one result assembler).
+"""
+
+from __future__ import annotations
+
+from simkit.engine.caches import capture
+from simkit.engine.comparison import compare, compare_caches
+from simkit.engine.options import DEFAULT_METRICS, check_metrics
+from simkit.engine.sources import is_cache, iter_cache, read_manifest, select_cached_layers
+from simkit.engine.studies import study
+
+__all__ = ["DEFAULT_METRICS", "capture", "check_metrics", "compare", "compare_caches", "is_cache", "iter_cache",
+           "read_manifest", "select_cached_layers", "study"]

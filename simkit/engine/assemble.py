@@ -1,0 +1,103 @@
+"""The one result assembler of the engine: ``compare``, ``compare_caches`` and ``study`` all build their
+result here, so they record the same provenance whichever entry point is used.
+
+``meta`` always holds: ``settings`` (every option of :class:`~simkit.engine.options.EngineOptions` plus
+the entry point's own: layer selectors, reduction, output index, pairing), ``seeds`` (the permutation
+seed ``null`` plus whatever the caller knows: model and data seeds, or the seeds the caches were
+captured with), ``method`` (the accumulator's ``describe()``), ``timings`` and, through
+``simkit.runinfo.run_meta``, the command, versions and world size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from simkit.engine.measure import Measured
+from simkit.engine.options import EngineOptions
+from simkit.results import CompareResult, StudyResult
+from simkit.runinfo import run_meta
+
+
+def similarity_frame(values: dict[str, dict[str, np.ndarray]], labels_a: Sequence[str],
+                     labels_b: Sequence[str]) -> pd.DataFrame:
+    """Long table ``layer_a, layer_b, metric, value[, null_mean, null_p95]`` from computed matrices."""
+    parts = []
+    grid_a, grid_b = np.meshgrid(np.arange(len(labels_a)), np.arange(len(labels_b)), indexing="ij")
+    for metric, arrays in values.items():
+        part = pd.DataFrame({
+            "layer_a": np.asarray(labels_a, dtype=object)[grid_a.ravel()],
+            "layer_b": np.asarray(labels_b, dtype=object)[grid_b.ravel()],
+            "metric": metric,
+            "value": np.asarray(arrays["value"], dtype=np.float64).ravel(),
+        })
+        for column in ("null_mean", "null_p95"):
+            if column in arrays:
+                part[column] = np.asarray(arrays[column], dtype=np.float64).ravel()
+        parts.append(part)
+    return pd.concat(parts, ignore_index=True)
+
+
+def layers_meta(layers: pd.DataFrame) -> dict[str, list[dict[str, Any]]]:
+    """``{"a": [...], "b": [...]}``: each side's layers with shape, reduction and width for result.json."""
+    return {side: [{k: v for k, v in row.items() if k != "model"}
+                   for row in layers[layers["model"] == side].to_dict(orient="records")] for side in ("a", "b")}
+
+
+def selector(value: str | Sequence[str]) -> str | list[str]:
+    """A layer selector as recorded: a string as given, a sequence as a list."""
+    return value if isinstance(value, str) else list(value)
+
+
+def _timings(seconds: float, measured: Measured, extra: Mapping[str, float]) -> dict[str, float]:
+    return {"total": round(seconds, 3), **{k: round(v, 3) for k, v in extra.items()},
+            "metrics_final": round(measured.compute_seconds, 3)}
+
+
+def engine_meta(options: EngineOptions, measured: Measured, *, settings: Mapping[str, Any],
+                seeds: Mapping[str, Any], seconds: float, timings: Mapping[str, float] | None = None,
+                **fields: Any) -> dict[str, Any]:
+    """``meta`` of every engine result: settings, seeds, method, timings (see the module docstring)."""
+    return run_meta(**fields, settings={**options.settings(), **settings},
+                    seeds={"null": options.seed, **seeds}, method=measured.method,
+                    timings=_timings(seconds, measured, timings or {}))
+
+
+def compare_result(options: EngineOptions, measured: Measured, *, model_a: str, model_b: str, data: str,
+                   layers_a: Sequence[str], layers_b: Sequence[str], layer_rows: Sequence[Mapping[str, Any]],
+                   settings: Mapping[str, Any], seeds: Mapping[str, Any], seconds: float,
+                   timings: Mapping[str, float] | None = None, **fields: Any) -> CompareResult:
+    """A CompareResult (models or caches): similarity and layers tables, the contract summary, meta.
+
+    layers_a/layers_b: the chosen layers (matrix rows and columns); layer_rows: one row per chosen layer
+    and side (model, name, type, shape, reduction, dim)."""
+    frame = similarity_frame(measured.values, layers_a, layers_b)
+    layers = pd.DataFrame(list(layer_rows))
+    summary = {"model_a": model_a, "model_b": model_b, "data": data, "n": measured.rows, "mode": options.mode,
+               "metrics": list(options.metrics), "n_layers_a": len(layers_a), "n_layers_b": len(layers_b),
+               "batch_size": options.batch_size, "seconds": round(seconds, 3)}
+    meta = engine_meta(options, measured, settings=settings, seeds=seeds, seconds=seconds, timings=timings,
+                       layers=layers_meta(layers), **fields)
+    return CompareResult(summary=summary, tables={"similarity": frame, "layers": layers}, meta=meta)
+
+
+def study_result(options: EngineOptions, measured: Measured, *, labels: Sequence[str], layers: Sequence[str],
+                 models: Sequence[str], caches: Sequence[str], data: str, pairing: str,
+                 settings: Mapping[str, Any], seeds: Mapping[str, Any], seconds: float) -> StudyResult:
+    """A StudyResult: the model × model ``study`` table, the ``models`` table, the contract summary, meta."""
+    frame = similarity_frame(measured.values, labels, labels).rename(
+        columns={"layer_a": "model_a", "layer_b": "model_b"})
+    layer_of = dict(zip(labels, layers, strict=True))
+    frame.insert(2, "layer_a", frame["model_a"].map(layer_of))
+    frame.insert(3, "layer_b", frame["model_b"].map(layer_of))
+    table = pd.DataFrame({"label": list(labels), "model": list(models), "layer": list(layers),
+                          "cache": list(caches)})
+    summary = {"models": list(labels), "metric": options.metrics[0], "metrics": list(options.metrics),
+               "pairing": pairing, "data": data, "n": measured.rows, "mode": options.mode,
+               "seconds": round(seconds, 3)}
+    meta = engine_meta(options, measured, settings={"pairing": pairing, **settings}, seeds=seeds,
+                       seconds=seconds, caches=list(caches))
+    return StudyResult(summary=summary, tables={"study": frame, "models": table}, meta=meta)

@@ -1,0 +1,107 @@
+"""Feed every batch's activations to one all-pairs accumulator, combine the ranks, compute.
+
+Rank reduction lives here (the accumulators in ``simkit.metrics.streaming`` know nothing of
+processes): the exact feature path's reference shifts are made common (rank 0's, broadcast, then
+``rebase``), every float64 sum of ``state()`` is all-reduced, and stored samples are all-gathered in
+rank order (``stored_payload`` / ``load_stored``). Each batch is fed with its global index, so the
+accumulator's per-batch draws and the order of stored samples do not depend on the number of ranks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from simkit import distributed
+from simkit.engine.options import EngineOptions
+from simkit.errors import SimkitError
+from simkit.metrics.streaming import Accumulator, make_accumulator
+
+#: one batch of both sides: (global batch index, one (b, p_i) tensor per layer of A, likewise for B)
+Activations = tuple[int, Sequence[torch.Tensor], Sequence[torch.Tensor]]
+
+
+@dataclass
+class Measured:
+    """What streaming produced: per metric the matrices, plus the sample count and layer widths."""
+
+    values: dict[str, dict[str, np.ndarray]]
+    rows: int
+    dims_a: list[int]
+    dims_b: list[int]
+    method: dict[str, Any]
+    compute_seconds: float
+
+
+def reduce_over_ranks(accumulator: Accumulator, device: torch.device | str | None = None) -> None:
+    """Combine ``accumulator`` with every other rank's (a no-op in one process); call on all ranks.
+
+    Afterwards every rank holds the accumulator of the whole data set, as if one process had seen
+    every batch: shifts aligned on rank 0's, sums all-reduced, stored samples gathered in rank order.
+    """
+    if not distributed.is_distributed():
+        return
+    if device is not None:
+        accumulator.to(device)
+    shifts = accumulator.shifts()
+    if shifts:
+        state = accumulator.state()
+        where = state[0].device if state else shifts[0].device
+        shifts = [t.to(where) for t in shifts]
+        for t in shifts:
+            dist.broadcast(t, src=0)
+        accumulator.rebase(shifts)
+    for t in accumulator.state():
+        distributed.all_reduce_sum(t)
+    if accumulator.needs_gather:
+        payloads = distributed.all_gather_objects(accumulator.stored_payload())
+        accumulator.load_stored(payloads, None if device is None else torch.device(device))
+
+
+def measure(activations: Iterable[Activations], options: EngineOptions, *, names_a: Sequence[str] | None = None,
+            names_b: Sequence[str] | None = None) -> Measured:
+    """Feed every ``(index, acts_a, acts_b)`` batch to one accumulator, reduce over ranks, compute.
+
+    The accumulator is created from the first batch's widths with ``options``; ``names_*`` name the
+    layers in warnings and errors. On a rank that got no batch it is created from another rank's widths
+    (every rank joins the reductions).
+    """
+    accumulator: Accumulator | None = None
+    dims_a: list[int] = []
+    dims_b: list[int] = []
+    rows = 0
+
+    def build(da: list[int], db: list[int]) -> Accumulator:
+        return make_accumulator(options.metrics, options.mode, da, db, names_a=names_a, names_b=names_b,
+                                **options.accumulator_options())
+
+    for index, acts_a, acts_b in activations:
+        if accumulator is None:
+            dims_a = [int(a.shape[1]) for a in acts_a]
+            dims_b = [int(b.shape[1]) for b in acts_b]
+            accumulator = build(dims_a, dims_b)
+        accumulator.update(acts_a, acts_b, batch_index=index)
+        rows += int(acts_a[0].shape[0])
+    if distributed.is_distributed():
+        widths = distributed.all_gather_objects((dims_a, dims_b) if accumulator is not None else None)
+        if accumulator is None:  # a rank that got no batch still joins the reductions, with empty sums
+            dims_a, dims_b = next((d for d in widths if d), ([], []))
+            if dims_a:
+                accumulator = build(dims_a, dims_b)
+        if accumulator is not None:
+            reduce_over_ranks(accumulator, options.device)
+        total = torch.tensor([rows], dtype=torch.float64)
+        rows = int(distributed.all_reduce_sum(total).item())
+    if accumulator is None:
+        raise SimkitError("the data yielded no samples; check `data` and `n`")
+    if "unbiased_cka" in options.metrics and rows < 4:
+        raise SimkitError(f"unbiased CKA needs at least 4 samples, got {rows}; raise `n`")
+    start = time.perf_counter()
+    values = accumulator.compute()
+    return Measured(values, rows, dims_a, dims_b, accumulator.describe(), time.perf_counter() - start)

@@ -1,0 +1,175 @@
+"""Where the engine's activations come from: model taps (forward passes with recording hooks) and
+activation caches (``manifest.json`` + safetensors shards written by ``simkit.engine.capture``).
+
+A cache directory holds ``shard-00000.safetensors`` ... (one ``(rows, dim)`` tensor per layer) and
+``manifest.json`` (model, data, layers with shapes and reductions, n, shards). The manifest is written
+last, so an interrupted capture never looks like a cache. Readers stream shard by shard, so caches
+larger than memory work.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, suppress
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+from safetensors import safe_open
+from torch import nn
+
+from simkit import distributed
+from simkit.engine.batches import Batch, rebatch
+from simkit.errors import SimkitError, unknown_name_error
+from simkit.forward import eval_mode, float_dtype, forward_error, run_model
+from simkit.layers import record_layers
+
+FORMAT = "simkit-activations/1"
+MANIFEST = "manifest.json"
+
+
+# ------------------------------------------------------------------------------------------ model taps
+
+
+def _inputs_for(batch: Batch, device: torch.device, dtype: torch.dtype | None) -> Batch:
+    """``batch`` on ``device``, floating-point inputs cast to the model's dtype."""
+    def move(t: torch.Tensor) -> torch.Tensor:
+        if dtype is not None and t.is_floating_point():
+            return t.to(device=device, dtype=dtype, non_blocking=True)
+        return t.to(device=device, non_blocking=True)
+
+    if isinstance(batch, dict):
+        return {key: move(value) for key, value in batch.items()}
+    return move(batch)
+
+
+class Tap:
+    """One model's chosen layers recorded batch by batch (``simkit.layers.record_layers``), the model in
+    eval mode; hooks and every module's train/eval flag are restored on ``close``."""
+
+    def __init__(self, model: nn.Module, layers: list[str], label: str, *, reduce: str, output_index: Any,
+                 device: torch.device):
+        self.model, self.layers, self.label, self.device = model, layers, label, device
+        self.dtype = float_dtype(model)
+        self._stack = ExitStack()
+        try:
+            self._stack.enter_context(eval_mode(model))
+            self.recorder = self._stack.enter_context(record_layers(model, layers, reduce=reduce,
+                                                                    output_index=output_index, eval_mode=False))
+        except BaseException:
+            self._stack.close()
+            raise
+        self.forward_seconds = 0.0
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def __enter__(self) -> Tap:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def step(self, batch: Batch) -> list[torch.Tensor]:
+        """One (b, d) tensor per chosen layer, in selection order."""
+        start = time.perf_counter()
+        with torch.no_grad():
+            try:
+                run_model(self.model, _inputs_for(batch, self.device, self.dtype))
+            except (RuntimeError, TypeError, ValueError) as exc:
+                with suppress(SimkitError):  # drop what the partial forward recorded
+                    self.recorder.pop()
+                if isinstance(exc, SimkitError):  # raised by a hook (e.g. a reduction): already clear
+                    raise
+                raise forward_error(exc, batch, f"model {self.label}") from exc
+        self.forward_seconds += time.perf_counter() - start
+        acts = self.recorder.pop()  # finiteness is checked by the accumulator, without another pass
+        return [acts[name] for name in self.layers]
+
+    def layer_rows(self, side: str, dims: list[int], layers: list[str] | None = None) -> list[dict[str, Any]]:
+        """Rows of the ``layers`` table: model side, name, module type, raw output shape, reduction, width.
+
+        ``layers`` (default: every layer of this tap) and ``dims`` are parallel lists.
+        """
+        rows = []
+        for name, dim in zip(self.layers if layers is None else layers, dims, strict=True):
+            shape = self.recorder.shapes.get(name)
+            rows.append({"model": side, "name": name, "type": type(self.model.get_submodule(name)).__name__,
+                         "shape": "x".join(str(s) for s in shape[1:]) if shape is not None else "",
+                         "reduction": self.recorder.reductions.get(name, ""), "dim": dim})
+        return rows
+
+
+# ---------------------------------------------------------------------------------------- cache readers
+
+
+def is_cache(path: str | Path) -> bool:
+    """True when ``path`` is a directory written by ``simkit.engine.capture``."""
+    return (Path(path) / MANIFEST).is_file()
+
+
+def read_manifest(path: str | Path) -> dict[str, Any]:
+    """The parsed ``manifest.json`` of the cache directory ``path`` (model, data, n, layers with dims)."""
+    path = Path(path)
+    if not is_cache(path):
+        raise SimkitError(f"{path} is not an activation cache (no {MANIFEST}); write one with `simkit capture`")
+    manifest: dict[str, Any] = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    if manifest.get("format") != FORMAT:
+        raise SimkitError(f"{path} has cache format {manifest.get('format')!r}; this simkit reads {FORMAT}")
+    return manifest
+
+
+def select_cached_layers(manifest: dict[str, Any], selector: str | Sequence[str]) -> list[str]:
+    """Cached layer names chosen by names and globs (``blocks`` = every cached layer), in cache order."""
+    names = [layer["name"] for layer in manifest["layers"]]
+    parts = selector.split(",") if isinstance(selector, str) else list(selector)
+    chosen: list[str] = []
+    for part in (p.strip() for p in parts):
+        if part in ("blocks", "all"):
+            hits = names
+        elif any(ch in part for ch in "*?["):
+            hits = [name for name in names if fnmatch.fnmatchcase(name, part)]
+        else:
+            hits = [part] if part in names else []
+        if not hits:
+            raise unknown_name_error("cached layer", part, names,
+                                     f"the cache of {manifest['model']} holds: {', '.join(names[:8])}")
+        chosen += [h for h in hits if h not in chosen]
+    return chosen
+
+
+def iter_cache(path: str | Path, layers: list[str]) -> Iterator[dict[str, torch.Tensor]]:
+    """Yield each shard's chosen layers, one shard in memory at a time."""
+    manifest = read_manifest(path)
+    for shard in manifest["shards"]:
+        with safe_open(str(Path(path) / shard["file"]), framework="pt") as handle:
+            yield {name: handle.get_tensor(name) for name in layers}
+
+
+def stream_caches(paths: Sequence[str | Path], layers: Sequence[list[str]], batch_size: int, n: int | None,
+                  device: torch.device | str = "cpu") -> Iterator[tuple[int, list[list[torch.Tensor]]]]:
+    """Lockstep global batches over several caches, this rank's share: ``(global index, per cache one
+    (b, d) float32 tensor per layer)``, on ``device`` (already checked by the caller)."""
+    rank, world = distributed.rank(), distributed.world_size()
+    streams = [rebatch(iter_cache(p, names), batch_size, n, rank, world)
+               for p, names in zip(paths, layers, strict=True)]
+    for batches in zip(*streams, strict=True):
+        index = batches[0][0]
+        tensors: list[list[torch.Tensor]] = []
+        for (_, batch), names in zip(batches, layers, strict=True):
+            shard = cast(dict[str, torch.Tensor], batch)  # a cache's batches are dicts of layer tensors
+            tensors.append([shard[name].to(device=device, dtype=torch.float32) for name in names])
+        yield index, tensors
+
+
+def check_same_samples(manifests: Sequence[dict[str, Any]], paths: Sequence[str | Path]) -> None:
+    """Caches compared together must hold the same samples in the same order."""
+    first = manifests[0]
+    for manifest, path in zip(manifests[1:], paths[1:], strict=True):
+        for key in ("data", "n"):
+            if manifest[key] != first[key]:
+                raise SimkitError(f"caches hold different data: {paths[0]} has {key}={first[key]!r} but "
+                                  f"{path} has {key}={manifest[key]!r}; capture both with the same `data` and `n`")

@@ -1,0 +1,35 @@
+"""The F3 worker process: ``python -m simkit.grafting.f3_worker INPUTS RUN_DIR fresh|resume THREADS [HANG_AT]``.
+
+Rebuilds the suite's task from the files the runner wrote into INPUTS (``settings.json``, the initial
+model, the data tensors: :func:`simkit.grafting.tasks.save_task`), runs (or resumes) the grafted F3
+training in RUN_DIR and writes the per-step losses to ``RUN_DIR/f3_losses.json``. With HANG_AT it
+blocks at that stage-2 step (after checkpointing as usual) so the parent can kill it with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from simkit.grafting.experiments import run_f3_training
+from simkit.grafting.settings import GraftSettings
+from simkit.grafting.tasks import load_task
+from simkit.io import write_json
+
+
+def main(argv: list[str]) -> None:
+    inputs, run_dir, mode, threads = argv[:4]
+    hang_at = int(argv[4]) if len(argv) > 4 else None
+    torch.set_num_threads(int(threads))
+    folder = Path(inputs)
+    settings = GraftSettings(**json.loads((folder / "settings.json").read_text(encoding="utf-8")))
+    losses = run_f3_training(load_task(folder), settings, Path(run_dir), resume=(mode == "resume"),
+                             hang_at=hang_at)
+    write_json(Path(run_dir) / "f3_losses.json", losses)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

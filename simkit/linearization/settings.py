@@ -1,0 +1,90 @@
+"""The settings of a linearization sweep (``simkit linearize``): every option that changes its results.
+
+Fields are named as the command's parameters (``granularity``, ``omega``, ``train``, ...) and default
+to its defaults; ``eps``, ``freeze_tol`` and ``cka_samples`` have no flag (library callers only).
+``to_dict()`` is what ``inputs.json`` and ``meta.settings`` record.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from simkit.errors import SimkitError
+from simkit.linearization.prelu import GRANULARITIES
+from simkit.linearization.slope import FREEZE_TOL
+
+DEFAULT_OMEGAS = (1e-4, 1e-3, 1e-2, 1e-1)
+
+
+@dataclass
+class LinearizeSettings:
+    """One ω × granularity sweep.
+
+    granularity: "channel" (one α per channel) and/or "layer" (one α per activation site); omega: the
+    penalty weights ω. Every combination is one run; a value listed twice runs once (ω values equal
+    to 6 significant digits are still distinct runs). epochs: post-training epochs per run; train:
+    epochs of plain training of the model first (0: the model is used as it is); lr / slope_lr:
+    learning rates of the weights and of the slopes α; batch_size: samples per training batch;
+    fold: fold fully linear stretches and report depth and size; cka: linear CKA of every run against
+    the original (on up to ``cka_samples`` test samples); seed: the train/test split (when the data
+    has no native test split) and training; eps: ε of the penalty Σ(|1 − α| + ε)^0.5; freeze_tol:
+    |α − 1| below which a slope is frozen at 1.
+    """
+
+    granularity: list[str] = field(default_factory=lambda: list(GRANULARITIES))
+    omega: list[float] = field(default_factory=lambda: list(DEFAULT_OMEGAS))
+    epochs: float = 5.0
+    train: float = 0.0
+    lr: float = 1e-3
+    slope_lr: float = 1e-2
+    batch_size: int = 128
+    fold: bool = False
+    cka: bool = True
+    seed: int = 0
+    eps: float = 1e-3
+    freeze_tol: float = FREEZE_TOL
+    cka_samples: int = 512
+
+    def validate(self) -> None:
+        """Raise SimkitError (naming the field in backticks) for settings that cannot run."""
+        granularities = list(self.granularity)
+        bad = [g for g in granularities if g not in GRANULARITIES]
+        if bad or not granularities:
+            raise SimkitError(f"`granularity`: unknown granularity {', '.join(map(repr, bad)) or '(none)'}; "
+                              "use channel, layer or both")
+        omegas = list(self.omega)
+        if not omegas or any(not _number(w) or not (w >= 0 and math.isfinite(w)) for w in omegas):
+            raise SimkitError(f"`omega` values must be finite numbers >= 0, got {omegas}")
+        if not _number(self.epochs) or not self.epochs > 0:
+            raise SimkitError(f"`epochs` must be > 0 for post-training, got {self.epochs}")
+        for name in ("train", "lr", "slope_lr", "eps", "freeze_tol"):
+            value = getattr(self, name)
+            if not _number(value) or math.isnan(value):
+                raise SimkitError(f"`{name}` must be a number, got {value!r}")
+        for name in ("batch_size", "cka_samples"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SimkitError(f"`{name}` must be a positive integer, got {value!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise SimkitError(f"`seed` must be an integer, got {self.seed!r}")
+
+    def granularities(self) -> list[str]:
+        """The granularities to run, each once, in the order given."""
+        return list(dict.fromkeys(self.granularity))
+
+    def omegas(self) -> list[float]:
+        """The ω values to run as floats, each once (-0.0 read as 0.0), in the order given."""
+        return list(dict.fromkeys(float(w) + 0.0 for w in self.omega))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field as plain JSON values (lists as given: repeated values stay)."""
+        out = asdict(self)
+        out["granularity"] = [str(g) for g in self.granularity]
+        out["omega"] = [float(w) for w in self.omega]
+        return out
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

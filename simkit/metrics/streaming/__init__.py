@@ -1,0 +1,250 @@
+"""Streaming all-pairs similarity accumulators: every layer of A against every layer of B, batch by batch.
+
+One call builds the accumulator the engine feeds (spec §0.1–0.3)::
+
+    acc = make_accumulator(["linear_cka", "unbiased_cka"], "minibatch", dims_a, dims_b)
+    for index, (acts_a, acts_b) in batches:  # acts_a: list of (b, p_i) tensors, acts_b: list of (b, q_j)
+        acc.update(acts_a, acts_b, batch_index=index)
+    # under torchrun the engine combines the ranks here (simkit.engine; see "Distributed" below)
+    acc.compute()  # {metric: {"value": (La, Lb), ["null": (K, La, Lb), "null_mean", "null_p95"]}}
+    acc.describe() # {metric: {"mode", "path", "n", ...}} for result.meta
+
+How each metric is computed (``path`` in :meth:`Accumulator.describe`), one module per strategy:
+``minibatch.py`` (per-batch Gram HSIC streams), ``features.py`` (exact feature-space sums),
+``stored.py`` (stored activations: exact Gram rows, RBF, k-NN, the exact null), ``common.py`` (layer
+names for warnings and errors, the sums container, batch checks, the null draws). Every estimator step
+is written once, in :mod:`simkit.metrics.cka` (HSIC_1 from its terms, centring and U-centring, the one
+chunked median, the RBF kernel, the CKA ratio with its zero-denominator rule), and the one constant
+rule in :mod:`simkit.metrics._checks` (:func:`~simkit.metrics._checks.constant_columns`,
+:func:`~simkit.metrics._checks.is_constant`); the paths only stream the sums those functions need.
+
+* ``minibatch`` mode, ``linear_cka`` / ``unbiased_cka`` / ``rbf_cka`` — path ``"gram"`` (Nguyen et al.
+  2021). Per batch each layer's Gram ``K = x xᵀ`` is computed ONCE, in the activations' dtype
+  (:mod:`simkit.metrics.gram`: a chunked symmetric product on the CPU; a layer whose features are
+  dominated by their mean is computed from features shifted by the batch's first row — HSIC is
+  unchanged by a shift), then moved to float64 and centred (``HKH``, biased HSIC, for ``linear_cka``
+  and ``rbf_cka``) or U-centred (HSIC_1, for ``unbiased_cka``). The flattened Grams of all layers are
+  stacked as ``(L, b²)`` rows and every pair's HSIC comes from one matrix product.
+  Per batch HSIC is normalised by ``(b−1)²`` (biased) or ``b(b−3)`` (HSIC_1), so batches of unequal size
+  are averaged as HSIC values; the three streams are summed and the ratio is taken at the end.
+  ``rbf_cka``: per-batch RBF Grams with the batch's median pairwise distance (pairs ``i < j``) times
+  ``rbf_factor``; a zero bandwidth uses the ``σ → 0`` limit ``K = [d = 0]``.
+  Small batches: a batch with ``b < 2`` is skipped by every metric and one with ``b < 4`` by
+  ``unbiased_cka`` (HSIC_1 needs 4 samples); the counts are in ``describe()`` and a warning is issued.
+  If a metric gets no batch at all, :meth:`compute` raises :class:`SimkitError`.
+* ``exact`` mode, ``linear_cka`` / ``unbiased_cka`` — path ``"features"``: feature-space sums streamed
+  over batches, memory independent of ``n``. All layers of A are concatenated into one ``(b, P)``
+  matrix, all of B into ``(b, Q)``, and the cross-product ``XᵀY`` (P×Q) comes from ONE matmul per batch
+  in the activations' dtype, on batch-centred features (so every float32 product depends on its batch
+  alone), then moved in float64 to a fixed reference shift per column (the first batch's mean) and
+  added to float64 sums. HSIC is unchanged by a constant shift, and the shift removes the cancellation
+  that large feature means would cause (the quartic terms lose ``(mean/std)⁴`` digits without it).
+  With the per-layer self products, column sums, row-norm sums, ``Σ_r x_r‖y_r‖²`` and ``Σ‖x_r‖²‖y_r‖²``,
+  the biased HSIC ``‖X_cᵀY_c‖²`` and the unbiased ``n(n−3)·HSIC_1`` (spec §0.2 feature-space form,
+  expanded about the exact global mean) follow exactly at the end. Needs about
+  ``20·P·Q + 8·(Σp_i² + Σq_j²)`` bytes (:func:`feature_path_bytes`); when that exceeds
+  ``memory_budget_bytes`` the metric falls back to path ``"stored-gram"``.
+* path ``"stored-gram"`` (exact ``rbf_cka``, exact CKA beyond the memory budget, and every exact CKA
+  metric when a permutation null is asked for): the activations are stored (in their dtype, normally
+  float32: ``n·(P+Q)·itemsize`` bytes) up to ``max_stored_n`` samples — beyond that :class:`SimkitError`
+  tells the user to use ``mode="minibatch"`` or ``reduce="mean"``. At the end the centred (or
+  U-centred, or centred RBF) Gram rows are produced in blocks of rows, so memory is
+  ``O((La+Lb)·rows·n)``, never ``(La+Lb)·n²``; ``rbf_cka`` also needs one ``n × n`` distance matrix per
+  layer for the exact median.
+* ``mutual_knn`` (both modes) — path ``"stored-knn"``: activations stored as above, each layer's exact
+  k nearest neighbours computed once (``simkit.metrics.knn``, Huh et al. preprocessing), every pair's
+  score from the neighbour sets. Always computed on all the data, also in minibatch mode.
+
+Permutation null (``null=K > 0``): the metric recomputed with B's samples shuffled K times, reported
+as ``null`` (K, La, Lb), ``null_mean`` and ``null_p95`` (95th percentile, linear interpolation).
+Minibatch mode permutes B's centred Grams within each batch (centring commutes with permutations), with
+the permutations of batch ``i`` drawn from ``(seed, i)``, ``i`` the batch's global position
+(``batch_index``; default: the number of earlier :meth:`~Accumulator.update` calls, right in one
+process; the engine passes the global index under torchrun), so the draws do not depend on the number
+of processes. Exact
+mode needs the stored activations (``n·(P+Q)·itemsize`` bytes) and costs K extra Gram passes over B's
+layers (``K·n²·ΣQ`` multiply-adds).
+
+Constant layers: CKA is undefined; the pairs involving them are NaN and a ``RuntimeWarning`` names the
+layer (``names_a`` / ``names_b``). Non-finite activations raise :class:`SimkitError` naming the layer, in
+:meth:`update`, at no extra pass over the features: from the Gram's trace (minibatch), the column sums
+(feature path), or one sum per layer (stored paths).
+
+Distributed (done by the engine; nothing here imports ``torch.distributed``): :meth:`~Accumulator.state`
+lists every float64 sum; adding the states of two accumulators fed with disjoint batches gives the state
+of one fed with all of them, provided they use the same reference shifts (minibatch sums have none; the
+feature path takes its shifts from the first batch it sees, so they are first made common:
+:meth:`~Accumulator.shifts` of rank 0 broadcast, then :meth:`~Accumulator.rebase`, exact in float64).
+Stored paths (:attr:`~Accumulator.needs_gather`) hold activations, not sums: every rank's
+:meth:`~Accumulator.stored_payload` is all-gathered and handed to :meth:`~Accumulator.load_stored`,
+which puts them back in global batch order. So, on every rank::
+
+    acc.to(device)
+    shifts = acc.shifts(); broadcast(shifts, src=0); acc.rebase(shifts)   # when shifts is not []
+    for t in acc.state(): all_reduce(t)                                   # SUM
+    if acc.needs_gather: acc.load_stored(all_gather_object(acc.stored_payload()), device)
+
+Every float32 product depends on its batch alone, so 1 and N processes agree to float64 rounding.
+:meth:`Accumulator.merge` combines two accumulators in one process the same way.
+"""
+
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from simkit.errors import SimkitError, unknown_name_error
+from simkit.metrics.streaming.common import KINDS, Names, Part, Values, check_batch
+from simkit.metrics.streaming.features import FeaturePart, feature_path_bytes
+from simkit.metrics.streaming.minibatch import MinibatchPart
+from simkit.metrics.streaming.stored import StoredPart
+
+__all__ = ["KINDS", "METRICS", "MODES", "Accumulator", "feature_path_bytes", "make_accumulator"]
+
+METRICS = ("linear_cka", "unbiased_cka", "rbf_cka", "mutual_knn")
+MODES = ("exact", "minibatch")
+
+
+class Accumulator:
+    """All chosen metrics over all layer pairs, fed batch by batch (see the module docstring)."""
+
+    def __init__(self, parts: Sequence[Part], metrics: list[str], dims_a: list[int], dims_b: list[int]):
+        self.parts, self.metrics, self.dims_a, self.dims_b = list(parts), metrics, dims_a, dims_b
+        self.calls = 0
+
+    @property
+    def needs_gather(self) -> bool:
+        """True when some metric holds stored activations (ranks exchange :meth:`stored_payload`)."""
+        return any(p.needs_gather for p in self.parts)
+
+    def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], batch_index: int | None = None,
+               ) -> None:
+        """Add one batch: ``acts_a`` L_a tensors ``(b, p_i)``, ``acts_b`` L_b tensors ``(b, q_j)``, same rows.
+
+        ``batch_index``: the batch's global position (seeds the minibatch null, orders stored samples).
+        Default: the number of earlier calls (the position in one process; under torchrun the caller
+        passes the global index).
+        """
+        b = check_batch(acts_a, acts_b, self.dims_a, self.dims_b)
+        if batch_index is None:
+            batch_index = self.calls
+        self.calls += 1
+        for part in self.parts:
+            part.update(acts_a, acts_b, b, int(batch_index))
+
+    def to(self, device: torch.device | str) -> Accumulator:
+        """Move the sums to ``device`` (e.g. an accumulator that saw no batch, before an NCCL all_reduce)."""
+        for part in self.parts:
+            if isinstance(part, MinibatchPart | FeaturePart):
+                part.s.to(torch.device(device))
+        return self
+
+    def state(self) -> list[Tensor]:
+        """Every float64 sum (the live tensors): adding them in place across ranks combines the ranks."""
+        return [t for part in self.parts for t in part.state()]
+
+    def shifts(self) -> list[Tensor]:
+        """The reference shifts (float64 tensors) of the exact feature path's sums; ``[]`` without one."""
+        return [t for part in self.parts if isinstance(part, FeaturePart) for t in part.shifts()]
+
+    def rebase(self, shifts: Sequence[Tensor]) -> None:
+        """Re-reference the feature path's sums to ``shifts`` (as returned by :meth:`shifts`, e.g. rank 0's)."""
+        for part in self.parts:
+            if isinstance(part, FeaturePart):
+                part.rebase(shifts)
+
+    def stored_payload(self) -> object:
+        """This process's stored samples (picklable, tensors on the CPU, with their global batch indices),
+        for :meth:`load_stored` on every rank; ``[]`` when no metric stores activations."""
+        return [part.payload() for part in self.parts if isinstance(part, StoredPart)]
+
+    def load_stored(self, payloads: Sequence[object], device: torch.device | str | None = None) -> None:
+        """Replace the stored samples with those of all ``payloads`` (each one :meth:`stored_payload`, e.g.
+        of every rank, this one's included), merged in global batch order, on ``device``."""
+        stored = [part for part in self.parts if isinstance(part, StoredPart)]
+        lists = [list(p) for p in payloads if isinstance(p, list | tuple)]
+        if len(lists) != len(payloads) or any(len(p) != len(stored) for p in lists):
+            raise SimkitError("`payloads` must be stored_payload() results of accumulators built with the "
+                              "same arguments")
+        for k, part in enumerate(stored):
+            part.load([p[k] for p in lists], device)
+
+    def merge(self, other: Accumulator) -> Accumulator:
+        """Fold in ``other`` (built with the same arguments, fed other batches): sums add, stores append."""
+        for mine, theirs in zip(self.parts, other.parts, strict=True):
+            mine.merge(theirs)
+        return self
+
+    def compute(self) -> Values:
+        """``{metric: {"value": (La, Lb)[, "null": (K, La, Lb), "null_mean", "null_p95"]}}`` in float64."""
+        out: Values = {}
+        for part in self.parts:
+            out.update(part.compute())
+        return {m: out[m] for m in self.metrics}
+
+    def describe(self) -> dict[str, dict[str, Any]]:
+        """How each metric was computed: ``{metric: {"mode", "path", "n", ...}}``."""
+        out: dict[str, dict[str, Any]] = {}
+        for part in self.parts:
+            out.update(part.describe())
+        return {m: out[m] for m in self.metrics}
+
+
+def make_accumulator(metrics: Sequence[str], mode: str, dims_a: Sequence[int], dims_b: Sequence[int], *,
+                     null: int = 0, seed: int = 0, rbf_factor: float = 1.0, knn_k: int = 10,
+                     memory_budget_bytes: int = 2**30, max_stored_n: int = 50_000,
+                     names_a: Sequence[str] | None = None, names_b: Sequence[str] | None = None,
+                     ) -> Accumulator:
+    """An accumulator of ``metrics`` for layers of widths ``dims_a`` (model A) × ``dims_b`` (model B).
+
+    mode: ``"exact"`` (full-data values) or ``"minibatch"`` (Nguyen et al.'s averaged HSIC streams).
+    null: K permutations of B's samples for a null distribution (0: none). names_*: layer names used in
+    warnings and errors (default ``A[i]``, ``B[j]``). Paths and their memory: module docstring.
+    """
+    metrics = list(dict.fromkeys(metrics))
+    for m in metrics:
+        if m not in METRICS:
+            raise unknown_name_error("metric", m, METRICS, "valid: " + ", ".join(METRICS))
+    if not metrics:
+        raise SimkitError("no metric chosen; pass at least one of " + ", ".join(METRICS) + " in `metrics`")
+    if mode not in MODES:
+        raise SimkitError(f"unknown `mode` {mode!r}; choose exact or minibatch")
+    dims_a, dims_b = [int(d) for d in dims_a], [int(d) for d in dims_b]
+    if not dims_a or not dims_b or min(dims_a + dims_b) < 1:
+        raise SimkitError(f"every model needs at least one layer of width >= 1, got {dims_a} and {dims_b}")
+    if int(null) != null or null < 0:
+        raise SimkitError(f"`null` must be 0 or a positive number of permutations, got {null!r}")
+    if not (math.isfinite(rbf_factor) and rbf_factor > 0):
+        raise SimkitError(f"`rbf_factor` must be a positive number, got {rbf_factor!r}")
+    if int(knn_k) != knn_k or knn_k < 1:
+        raise SimkitError(f"`knn_k` must be a positive integer, got {knn_k!r}; the default is 10")
+    names = Names(names_a, names_b, len(dims_a), len(dims_b))
+    cka = [m for m in metrics if m != "mutual_knn"]
+    stored = [m for m in metrics if m == "mutual_knn"]
+    reasons = {"mutual_knn": "k-NN needs all samples"}
+    parts: list[Part] = []
+    if mode == "minibatch" and cka:
+        parts.append(MinibatchPart(cka, dims_a, dims_b, int(null), seed, float(rbf_factor), names))
+    elif mode == "exact":
+        linear = [m for m in cka if m != "rbf_cka"]
+        fits = feature_path_bytes(dims_a, dims_b) <= memory_budget_bytes
+        if linear and fits and not null:
+            parts.append(FeaturePart(linear, dims_a, dims_b, names))
+        else:
+            why = ("a permutation null needs stored activations" if null else
+                   f"the feature-space sums need {feature_path_bytes(dims_a, dims_b)} bytes "
+                   f"> memory_budget_bytes={memory_budget_bytes}")
+            reasons.update({m: why for m in linear})
+            stored = linear + stored
+        if "rbf_cka" in cka:
+            reasons["rbf_cka"] = "RBF kernels need all samples"
+            stored = ["rbf_cka"] + stored
+    if stored:
+        parts.append(StoredPart(stored, mode, dims_a, dims_b, int(null), seed, float(rbf_factor), int(knn_k),
+                                int(memory_budget_bytes), int(max_stored_n), names, reasons))
+    return Accumulator(parts, metrics, dims_a, dims_b)

@@ -1,0 +1,162 @@
+"""What every streaming path shares: layer names for warnings and errors, the float64 sums container,
+batch checks, the permutation-null draws, and small tensor helpers."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from simkit.errors import SimkitError
+
+#: Gram kind of each CKA metric: biased centring (linear), U-centring (linear), biased centring (RBF).
+KINDS = {"linear_cka": "biased", "unbiased_cka": "unbiased", "rbf_cka": "rbf"}
+
+#: ``compute()`` of a path: ``{metric: {"value": (La, Lb)[, "null", "null_mean", "null_p95"]}}``.
+Values = dict[str, dict[str, np.ndarray]]
+
+
+class Part(Protocol):
+    """One strategy of the accumulator (minibatch Grams, feature sums, stored activations)."""
+
+    metrics: list[str]
+    needs_gather: bool
+
+    def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int) -> None: ...
+
+    def state(self) -> list[Tensor]: ...
+
+    def merge(self, other: Any) -> None: ...
+
+    def compute(self) -> Values: ...
+
+    def describe(self) -> dict[str, dict[str, Any]]: ...
+
+
+def own(t: Tensor) -> Tensor:
+    """``t`` detached, copied only when it is a view into a larger buffer (which storing would keep)."""
+    t = t.detach()
+    whole = t.is_contiguous() and t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    return t if whole else t.clone()
+
+
+def compute_dtype(t: Tensor) -> torch.dtype:
+    """The dtype per-batch products run in: the activations' dtype, half types upcast to float32."""
+    return t.dtype if t.dtype in (torch.float32, torch.float64) else torch.float32
+
+
+def segments(dims: Sequence[int], device: torch.device | None = None) -> Tensor:
+    """Layer index of every concatenated column: ``(Σ dims,)`` int64."""
+    return torch.repeat_interleave(torch.arange(len(dims), device=device), torch.as_tensor(dims, device=device))
+
+
+def segsum(t: Tensor, seg: Tensor, count: int, dim: int) -> Tensor:
+    """Sum ``t`` (1-D or 2-D) over the groups ``seg`` along ``dim``: that axis shrinks to ``count``.
+
+    A product with the one-hot ``(len(seg), count)`` matrix (``index_add_`` along columns is slow on CPU).
+    """
+    onehot = torch.zeros(len(seg), count, dtype=t.dtype, device=t.device)
+    onehot[torch.arange(len(seg), device=t.device), seg] = 1.0
+    if dim == 0:
+        return onehot.T @ t
+    return t @ onehot
+
+
+def check_batch(acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], dims_a: list[int],
+                dims_b: list[int]) -> int:
+    """Rows of one batch; raises for a wrong number of layers, wrong widths or unequal sample counts."""
+    for label, acts, dims in (("A", acts_a, dims_a), ("B", acts_b, dims_b)):
+        if len(acts) != len(dims):
+            raise SimkitError(f"model {label} gave {len(acts)} layers but the accumulator was built for "
+                              f"{len(dims)}; pass the same layers in every batch")
+        for i, (t, d) in enumerate(zip(acts, dims, strict=True)):
+            if t.dim() != 2 or t.shape[1] != d:
+                raise SimkitError(f"model {label} layer {i} has shape {tuple(t.shape)}, expected (b, {d}); "
+                                  "reduce every activation to (batch, features) with the same width")
+    rows = {int(t.shape[0]) for t in (*acts_a, *acts_b)}
+    if len(rows) != 1:
+        raise SimkitError(f"found inconsistent numbers of samples in one batch: {sorted(rows)}; both "
+                          "models must see the same examples")
+    return rows.pop()
+
+
+def mask_constant(values: Tensor, const_a: Tensor, const_b: Tensor) -> Tensor:
+    """Set rows of constant A layers and columns of constant B layers of ``(..., La, Lb)`` to NaN."""
+    bad = const_a[:, None] | const_b[None, :]
+    return values.masked_fill(bad, float("nan"))
+
+
+def null_summary(null: Tensor) -> dict[str, np.ndarray]:
+    """``null (K, La, Lb)`` → its mean and 95th percentile over the K draws (NaN kept)."""
+    arr = null.detach().cpu().numpy()
+    return {"null": arr, "null_mean": arr.mean(0), "null_p95": np.percentile(arr, 95, axis=0)}
+
+
+def perm_generator(seed: int, index: int) -> torch.Generator:
+    """A CPU generator for the null draws of batch ``index`` (or of the whole data set: index −1).
+
+    The null's own seed recipe (simkit.metrics imports nothing above itself, so not ``simkit.seeding``);
+    unchanged, so null values stay the same.
+    """
+    return torch.Generator().manual_seed((int(seed) * 1_000_003 + int(index) + 1) % (2**63 - 1))
+
+
+def draw_perms(count: int, n: int, generator: torch.Generator, device: torch.device | str) -> Tensor:
+    """``count`` random permutations of ``range(n)``: ``(count, n)`` int64."""
+    return torch.rand(count, n, generator=generator).argsort(1).to(device)
+
+
+class Names:
+    """Layer labels for messages: the engine's names when given, else ``A[i]`` / ``B[j]``."""
+
+    def __init__(self, names_a: Sequence[str] | None, names_b: Sequence[str] | None, la: int, lb: int):
+        self.a = list(names_a) if names_a is not None else [f"A[{i}]" for i in range(la)]
+        self.b = list(names_b) if names_b is not None else [f"B[{j}]" for j in range(lb)]
+
+    def warn_constant(self, metric: str, const_a: Tensor, const_b: Tensor) -> None:
+        bad = [self.a[i] for i in torch.nonzero(const_a).flatten().tolist()]
+        bad += [self.b[j] for j in torch.nonzero(const_b).flatten().tolist()]
+        if bad:
+            warnings.warn(f"{metric} is undefined for constant layer(s) {', '.join(bad)} "
+                          "(every sample has the same activation); their pairs are NaN",
+                          RuntimeWarning, stacklevel=4)
+
+    def non_finite(self, side: str, layer: int) -> SimkitError:
+        names = self.a if side == "a" else self.b
+        return SimkitError(f"non-finite activations (NaN or Inf) in layer {names[layer]} of model "
+                           f"{side.upper()}; check the model's weights and the input scale")
+
+    def check_finite(self, *sums: tuple[str, Tensor]) -> None:
+        """Raise for the first non-finite entry of per-layer sums ``(side, (L,))``."""
+        for side, t in sums:
+            bad = torch.nonzero(~torch.isfinite(t)).flatten().tolist()
+            if bad:
+                raise self.non_finite(side, bad[0])
+
+
+class Sums:
+    """A named set of float64 tensors that add across batches and ranks (kept in insertion order)."""
+
+    def __init__(self) -> None:
+        self.t: dict[str, Tensor] = {}
+
+    def add(self, name: str, *shape: int) -> None:
+        self.t[name] = torch.zeros(shape, dtype=torch.float64)
+
+    def to(self, device: torch.device) -> None:
+        if self.t and next(iter(self.t.values())).device != device:
+            self.t = {k: v.to(device) for k, v in self.t.items()}
+
+    def list(self) -> list[Tensor]:
+        return list(self.t.values())
+
+    def merge(self, other: Sums) -> None:
+        for k, v in self.t.items():
+            v += other.t[k].to(v.device)
+
+    def __getitem__(self, name: str) -> Tensor:
+        return self.t[name]

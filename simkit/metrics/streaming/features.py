@@ -1,0 +1,314 @@
+"""Exact linear and unbiased CKA, path ``"features"``: feature-space sums streamed over batches.
+
+Memory is independent of ``n`` (about ``20·P·Q + 8·(Σp_i² + Σq_j²)`` bytes, :func:`feature_path_bytes`).
+The sums are taken about a fixed reference shift per column (the first batch's mean) and can be
+re-referenced exactly (:meth:`FeaturePart.rebase`), so the sums of two accumulators fed disjoint
+batches add. At the end the HSIC terms come from the sums and go through :mod:`simkit.metrics.cka`:
+HSIC_1 from :func:`~simkit.metrics.cka.hsic1_from_terms`, the ratio from
+:func:`~simkit.metrics.cka.cka_ratio`, and constant layers from the one rule
+:func:`simkit.metrics._checks.constant_columns` applied to the sums.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from simkit.errors import SimkitError
+from simkit.metrics._checks import constant_columns
+from simkit.metrics.cka import cka_ratio, hsic1_from_terms
+from simkit.metrics.streaming.common import Names, Sums, Values, mask_constant, segments, segsum
+
+
+def feature_path_bytes(dims_a: Sequence[int], dims_b: Sequence[int], itemsize: int = 4) -> int:
+    """Peak bytes of the exact feature-space path: the float64 sums, one batch's product (in the
+    activations' dtype and in float64), one layer block at the end, and the small vectors."""
+    p, q = sum(dims_a), sum(dims_b)
+    return (16 + itemsize) * p * q + 8 * (sum(d * d for d in dims_a) + sum(d * d for d in dims_b)) \
+        + 16 * max(dims_a) * q + 16 * (p + q) * (len(dims_a) + len(dims_b) + 2)
+
+
+def _shift_sums(s: dict[str, Tensor], c: Tensor, dx: Tensor, dy: Tensor, dims_a: list[int],
+                dims_b: list[int], seg_a: Tensor, seg_b: Tensor) -> tuple[Tensor, Tensor]:
+    """Re-reference the feature-path sums ``s`` (taken about shifts c_x, c_y) to ``c_x − dx, c_y − dy``.
+
+    In place on every entry of ``s`` except ``"cross"``; ``c`` (P, Q) is the float64 cross sum
+    ``Σ x' y'ᵀ`` (read only). Returns ``(U (P, 2), V (2, Q))``: the new cross sum is ``c + U @ V``.
+    Exact algebra in float64 with x'' = x' + δ, y'' = y' + ε (u = x'·δ, v = y'·ε per layer).
+    """
+    la, lb = len(dims_a), len(dims_b)
+    n = float(s["n"].item())
+    dd_x, dd_y = segsum(dx * dx, seg_a, la, 0), segsum(dy * dy, seg_b, lb, 0)
+    sx, sy, tx, ty = s["sx"].clone(), s["sy"].clone(), s["tx"].clone(), s["ty"].clone()
+    su_x, su_y = segsum(sx * dx, seg_a, la, 0), segsum(sy * dy, seg_b, lb, 0)   # Σ_r u, Σ_r v
+    cy = torch.empty(len(dx), lb, dtype=torch.float64, device=dx.device)         # Σ_r x'_r v_r
+    start = 0
+    for j, w in enumerate(dims_b):
+        cy[:, j] = c[:, start:start + w] @ dy[start:start + w]
+        start += w
+    cx = torch.empty(len(dy), la, dtype=torch.float64, device=dx.device)         # Σ_r y'_r u_r
+    start = 0
+    for i, w in enumerate(dims_a):
+        cx[:, i] = c[start:start + w].T @ dx[start:start + w]
+        start += w
+    quad = segsum(dx[:, None] * cy, seg_a, la, 0)                                 # Σ_r u v
+    a_v = segsum(dy[:, None] * s["y_rx"], seg_b, lb, 0).T                         # Σ_r ‖x'‖² v
+    u_b = segsum(dx[:, None] * s["x_ry"], seg_a, la, 0)                           # Σ_r u ‖y'‖²
+    su2_x, sdx = _self_products(s["self_x"], dims_a, dx)
+    su2_y, sdy = _self_products(s["self_y"], dims_b, dy)
+    au_x = segsum(dx * s["x_rx"], seg_a, la, 0)
+    au_y = segsum(dy * s["y_ry"], seg_b, lb, 0)
+    tx_new, ty_new = tx + 2 * su_x + n * dd_x, ty + 2 * su_y + n * dd_y
+    s["rr_xy"].add_(2 * a_v + dd_y[None, :] * tx[:, None] + 2 * u_b + 4 * quad
+                    + 2 * dd_y[None, :] * su_x[:, None] + dd_x[:, None] * ty[None, :]
+                    + 2 * dd_x[:, None] * su_y[None, :] + n * dd_x[:, None] * dd_y[None, :])
+    s["rr_xx"].add_(4 * au_x + 2 * dd_x * tx + 4 * su2_x + 4 * dd_x * su_x + n * dd_x * dd_x)
+    s["rr_yy"].add_(4 * au_y + 2 * dd_y * ty + 4 * su2_y + 4 * dd_y * su_y + n * dd_y * dd_y)
+    s["x_ry"].add_(2 * cy + sx[:, None] * dd_y[None, :] + dx[:, None] * ty_new[None, :])
+    s["y_rx"].add_(2 * cx + sy[:, None] * dd_x[None, :] + dy[:, None] * tx_new[None, :])
+    s["x_rx"].add_(2 * sdx + dd_x[seg_a] * sx + dx * tx_new[seg_a])
+    s["y_ry"].add_(2 * sdy + dd_y[seg_b] * sy + dy * ty_new[seg_b])
+    for key, dims, d, sums in (("self_x", dims_a, dx, sx), ("self_y", dims_b, dy, sy)):
+        start = off = 0
+        for w in dims:  # S'' = S + Σx' δᵀ + δ Σx'ᵀ + n δδᵀ as one rank-2 product
+            sl = slice(start, start + w)
+            s[key][off:off + w * w].view(w, w).addmm_(torch.stack([sums[sl], d[sl]], 1),
+                                                       torch.stack([d[sl], sums[sl] + n * d[sl]], 0))
+            start, off = start + w, off + w * w
+    s["sx"].add_(n * dx)
+    s["sy"].add_(n * dy)
+    s["tx"].copy_(tx_new)
+    s["ty"].copy_(ty_new)
+    return torch.stack([sx, dx], 1), torch.stack([dy, sy + n * dy], 0)
+
+
+def _self_products(blocks: Tensor, dims: list[int], d: Tensor) -> tuple[Tensor, Tensor]:
+    """Per layer ``δᵀ S δ`` ``(L,)`` and the stacked ``S δ`` ``(P,)`` from flattened self blocks."""
+    quads, prods = [], []
+    start = off = 0
+    for w in dims:
+        v = blocks[off:off + w * w].view(w, w) @ d[start:start + w]
+        prods.append(v)
+        quads.append(d[start:start + w] @ v)
+        start, off = start + w, off + w * w
+    return torch.stack(quads), torch.cat(prods)
+
+
+class FeaturePart:
+    """Exact linear and unbiased CKA of all pairs from streamed feature-space sums (memory ∝ P·Q)."""
+
+    def __init__(self, metrics: list[str], dims_a: list[int], dims_b: list[int], names: Names):
+        self.metrics, self.dims_a, self.dims_b, self.names = metrics, dims_a, dims_b, names
+        la, lb, p, q = len(dims_a), len(dims_b), sum(dims_a), sum(dims_b)
+        self.s = s = Sums()
+        s.add("n", 1)
+        s.add("sx", p)                     # Σ x
+        s.add("sy", q)
+        s.add("cross", p, q)               # Σ x yᵀ
+        s.add("self_x", sum(d * d for d in dims_a))   # Σ x_i x_iᵀ, layer blocks flattened
+        s.add("self_y", sum(d * d for d in dims_b))
+        s.add("tx", la)                    # Σ ‖x_i‖² per layer
+        s.add("ty", lb)
+        s.add("rr_xy", la, lb)             # Σ_r ‖x_r‖² ‖y_r‖²
+        s.add("rr_xx", la)                 # Σ_r ‖x_r‖⁴
+        s.add("rr_yy", lb)
+        s.add("x_ry", p, lb)               # Σ_r x_r ‖y_r‖²
+        s.add("y_rx", q, la)
+        s.add("x_rx", p)                   # Σ_r x_r ‖x_r‖² (own layer)
+        s.add("y_ry", q)
+        self.seg_a, self.seg_b = segments(dims_a), segments(dims_b)
+        self.shift: dict[str, Tensor | None] = {"x": None, "y": None}
+        self.dtype: torch.dtype | None = None
+        self.needs_gather = False
+
+    def _side(self, acts: Sequence[Tensor], side: str, bs: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """Concatenate one model's layers, centre them on the batch mean, put this side's sums in ``bs``.
+
+        The batch's sums are taken about its own mean ``m``: the batch-centred ``x̃ = x − m`` (compute
+        dtype) feeds the float32 products, ``x̃`` in float64 the rest, so they depend on the batch alone.
+        Returns (x̃ (b, P) compute dtype, x̃ (b, P) float64, δ = m − c (P,) float64: the shift to apply).
+        """
+        seg, dims = (self.seg_a, self.dims_a) if side == "x" else (self.seg_b, self.dims_b)
+        dtype = torch.float64 if any(a.dtype == torch.float64 for a in acts) else torch.float32
+        x = torch.cat([a.detach().to(dtype) for a in acts], 1)
+        mean = x.mean(0, dtype=torch.float64).to(dtype)  # exact for a constant column
+        xt = x - mean
+        ref = self.shift[side]
+        if ref is None:
+            self.dtype = dtype
+            ref = self.shift[side] = mean.double()
+        xd = xt.double()
+        bs["s" + side] = col = xd.sum(0)
+        bad = torch.nonzero(~torch.isfinite(col)).flatten()[:1].tolist()  # one sum per column
+        if bad:
+            raise self.names.non_finite("a" if side == "x" else "b", int(seg[bad[0]]))
+        rows = segsum(xd * xd, seg, len(dims), 1)
+        bs["t" + side] = rows.sum(0)
+        bs[f"rr_{side}{side}"] = (rows * rows).sum(0)
+        bs[f"{side}_r{side}"] = (xd * rows[:, seg]).sum(0)
+        bs[f"_rows_{side}"] = rows
+        blocks = torch.empty(sum(d * d for d in dims), dtype=torch.float64, device=x.device)
+        start = off = 0
+        for d in dims:  # per-layer self products, in the compute dtype
+            sl = slice(start, start + d)
+            blocks[off:off + d * d].view(d, d).copy_(xt[:, sl].T @ xt[:, sl])
+            start, off = start + d, off + d * d
+        bs["self_" + side] = blocks
+        return xt, xd, mean.double() - ref
+
+    def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int) -> None:
+        s = self.s
+        dev = acts_a[0].device
+        s.to(dev)
+        self.seg_a, self.seg_b = self.seg_a.to(dev), self.seg_b.to(dev)
+        bs: dict[str, Tensor] = {"n": torch.full((1,), float(b), dtype=torch.float64, device=dev)}
+        xt, xd, dx = self._side(acts_a, "x", bs)
+        yt, yd, dy = self._side(acts_b, "y", bs)
+        if xt.dtype != yt.dtype:
+            xt, yt = xd, yd
+        rx, ry = bs.pop("_rows_x"), bs.pop("_rows_y")
+        bs["rr_xy"] = rx.T @ ry
+        bs["x_ry"] = xd.T @ ry
+        bs["y_rx"] = yd.T @ rx
+        cross = (xt.T @ yt).double()  # the one big product, in the activations' dtype
+        shift = None
+        if bool((dx != 0).any() or (dy != 0).any()):  # move the batch's sums to the reference shifts
+            shift = _shift_sums(bs, cross, dx, dy, self.dims_a, self.dims_b, self.seg_a, self.seg_b)
+        for key, value in bs.items():
+            s[key].add_(value)
+        s["cross"].add_(cross)
+        if shift is not None:
+            s["cross"].addmm_(*shift)
+
+    def shifts(self) -> list[Tensor]:
+        """The reference shifts ``[(P,), (Q,)]`` float64 the sums are taken about (first batch's means)."""
+        return [t.clone() if (t := self.shift[k]) is not None else torch.zeros(sum(d), dtype=torch.float64)
+                for k, d in (("x", self.dims_a), ("y", self.dims_b))]
+
+    def rebase(self, shifts: Sequence[Tensor]) -> None:
+        """Re-reference every sum to new shifts ``[(P,), (Q,)]`` (exact algebra in float64).
+
+        Precise when the new shifts are close to the old ones (e.g. another rank's first-batch means).
+        """
+        dtype = self.dtype or torch.float64
+        new = {k: t.detach().to(dtype).double() for k, t in zip("xy", shifts, strict=True)}
+        old_x, old_y = self.shift["x"], self.shift["y"]
+        if old_x is None or old_y is None:
+            self.shift.update(new)
+            return
+        s = self.s
+        dev = s["sx"].device
+        dx, dy = old_x - new["x"].to(dev), old_y - new["y"].to(dev)  # x'' = x' + δ
+        u, v = _shift_sums(s.t, s["cross"], dx, dy, self.dims_a, self.dims_b, self.seg_a.to(dev),
+                           self.seg_b.to(dev))
+        s["cross"].addmm_(u, v)
+        self.shift.update({k: v.to(dev) for k, v in new.items()})
+
+    def state(self) -> list[Tensor]:
+        return self.s.list()
+
+    def merge(self, other: FeaturePart) -> None:
+        """Add ``other``'s sums after re-referencing them (in place) to this part's shifts."""
+        if self.shift["x"] is None:
+            self.shift, self.dtype = dict(other.shift), other.dtype
+        elif other.shift["x"] is not None:
+            other.rebase(self.shifts())
+        self.s.merge(other.s)
+
+    @staticmethod
+    def _constant(blocks: Tensor, sums: Tensor, shift: Tensor, dims: list[int], n: float) -> Tensor:
+        """Constant layers ``(L,)`` bool: every column has ``Σ (x − x̄)² ≤ CONSTANT_RTOL · Σ x²``.
+
+        The one rule (:func:`simkit.metrics._checks.constant_columns`, as in ``is_constant``), from the sums about the reference shift ``c``:
+        ``Σ (x − c)²`` is the self block's diagonal, so the centred sum is ``diag − (Σ (x − c))²/n`` and
+        the sum about zero ``diag + 2c·Σ (x − c) + n·c²``, all in float64. A column that is constant up
+        to float rounding counts as constant; so does a layer whose columns all do.
+        """
+        diag, off = [], 0
+        for d in dims:
+            diag.append(blocks[off:off + d * d].view(d, d).diagonal())
+            off += d * d
+        about_shift = torch.cat(diag)
+        shift = shift.to(sums.device)
+        centred = about_shift - sums * sums / n
+        about_zero = about_shift + 2 * shift * sums + n * shift * shift
+        column_constant = constant_columns(centred, about_zero).double()
+        seg = segments(dims, sums.device)
+        return segsum(column_constant, seg, len(dims), 0) == torch.as_tensor(dims, device=sums.device)
+
+    def _self_terms(self, blocks: Tensor, mu: Tensor, dims: list[int], n: float,
+                    ) -> tuple[Tensor, Tensor]:
+        """Per layer ‖S_c‖² and μᵀ S μ from the flattened self blocks: two ``(L,)`` tensors."""
+        fro, quad = [], []
+        start = off = 0
+        for d in dims:
+            block = blocks[off:off + d * d].view(d, d)
+            u = mu[start:start + d]
+            centred = block - n * torch.outer(u, u)
+            fro.append((centred * centred).sum())
+            quad.append(u @ block @ u)
+            start, off = start + d, off + d * d
+        return torch.stack(fro), torch.stack(quad)
+
+    def compute(self) -> Values:
+        s = self.s
+        n = float(s["n"].item())
+        la, lb = len(self.dims_a), len(self.dims_b)
+        seg_a, seg_b = self.seg_a.to(s["sx"].device), self.seg_b.to(s["sx"].device)
+        self.names.check_finite(("a", s["tx"] + s["rr_xx"]), ("b", s["ty"] + s["rr_yy"]))
+        if "unbiased_cka" in self.metrics and n < 4:
+            raise SimkitError(f"unbiased CKA needs at least 4 samples, got {int(n)}; use more samples (`n`)")
+        if n < 2:
+            raise SimkitError(f"linear CKA needs at least 2 samples, got {int(n)}; use more samples (`n`)")
+        mux, muy = s["sx"] / n, s["sy"] / n
+        mxn, myn = segsum(mux * mux, seg_a, la, 0), segsum(muy * muy, seg_b, lb, 0)
+        nx, ny = s["tx"] - n * mxn, s["ty"] - n * myn  # ‖X_c‖², ‖Y_c‖²
+        # cross terms, one A layer (all B layers) at a time: ‖C_c‖² and μxᵀ C μy per block
+        fro = torch.empty(la, lb, dtype=torch.float64, device=mux.device)
+        quad = torch.empty_like(fro)
+        start = 0
+        for i, d in enumerate(self.dims_a):
+            c = s["cross"][start:start + d]
+            u = mux[start:start + d]
+            centred = c - n * torch.outer(u, muy)
+            fro[i] = segsum((centred * centred).sum(0), seg_b, lb, 0)
+            quad[i] = segsum((u @ c) * muy, seg_b, lb, 0)
+            start += d
+        fro_a, quad_a = self._self_terms(s["self_x"], mux, self.dims_a, n)
+        fro_b, quad_b = self._self_terms(s["self_y"], muy, self.dims_b, n)
+        # ⟨rowsq(X_c), rowsq(Y_c)⟩ expanded in the sums about the reference shifts
+        a_y = segsum(muy[:, None] * s["y_rx"], seg_b, lb, 0).T      # (La, Lb): μ_yᵀ Σ y ‖x‖²
+        a_x = segsum(mux[:, None] * s["x_ry"], seg_a, la, 0)        # (La, Lb): μ_xᵀ Σ x ‖y‖²
+        rc = (s["rr_xy"] - 2 * a_y - 2 * a_x + 4 * quad + myn[None, :] * s["tx"][:, None]
+              + mxn[:, None] * s["ty"][None, :] - 3 * n * mxn[:, None] * myn[None, :])
+        rc_a = (s["rr_xx"] - 4 * segsum(mux * s["x_rx"], seg_a, la, 0) + 4 * quad_a
+                + 2 * mxn * s["tx"] - 3 * n * mxn * mxn)
+        rc_b = (s["rr_yy"] - 4 * segsum(muy * s["y_ry"], seg_b, lb, 0) + 4 * quad_b
+                + 2 * myn * s["ty"] - 3 * n * myn * myn)
+        shift_x, shift_y = self.shifts()
+        const_a = self._constant(s["self_x"], s["sx"], shift_x, self.dims_a, n)
+        const_b = self._constant(s["self_y"], s["sy"], shift_y, self.dims_b, n)
+        out = {}
+        for m in self.metrics:
+            if m == "linear_cka":  # biased HSIC times (n−1)², which the ratio cancels
+                value = cka_ratio(fro, fro_a[:, None], fro_b[None, :], warn=False)
+            else:  # HSIC_1 from its four terms; for centred features 1ᵀK̃1 = −‖X_c‖², 1ᵀK̃L̃1 = ⟨rowsq, rowsq⟩
+                count = int(n)
+                h = hsic1_from_terms(count, fro - rc, -nx[:, None], -ny[None, :], rc)
+                h_a = hsic1_from_terms(count, fro_a - rc_a, -nx, -nx, rc_a)
+                h_b = hsic1_from_terms(count, fro_b - rc_b, -ny, -ny, rc_b)
+                value = cka_ratio(h, h_a[:, None], h_b[None, :], warn=False)
+            self.names.warn_constant(m, const_a, const_b)
+            out[m] = {"value": mask_constant(value, const_a, const_b).cpu().numpy()}
+        return out
+
+    def describe(self) -> dict[str, dict[str, Any]]:
+        n = int(self.s["n"].item())
+        return {m: {"mode": "exact", "path": "features", "n": n,
+                    "hsic": "unbiased HSIC_1" if m == "unbiased_cka" else "biased HSIC",
+                    "kernel": "linear", "null": 0,
+                    "state_bytes": sum(t.numel() * 8 for t in self.s.list())} for m in self.metrics}
+

@@ -1,0 +1,188 @@
+"""Minibatch CKA (Nguyen et al. 2021), path ``"gram"``: per-batch Grams, three summed HSIC streams.
+
+Every estimator step is :mod:`simkit.metrics.cka`'s: :func:`~simkit.metrics.cka.center_gram`,
+:func:`~simkit.metrics.cka.u_center_gram`, the median and RBF kernel
+(:func:`~simkit.metrics.cka.median_of_distances`, :func:`~simkit.metrics.cka.rbf_from_sq_distances`)
+and the ratio (:func:`~simkit.metrics.cka.cka_ratio`). Constant layers: a layer is constant when it is
+constant (:func:`simkit.metrics._checks.is_constant`, applied per batch by
+:func:`simkit.metrics.gram.batch_grams`, which then gives it an exactly zero Gram) in every batch.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from simkit.errors import SimkitError
+from simkit.metrics.cka import (
+    center_gram,
+    cka_ratio,
+    median_of_distances,
+    rbf_from_sq_distances,
+    sq_distances,
+    u_center_gram,
+)
+from simkit.metrics.gram import batch_grams
+from simkit.metrics.streaming.common import (
+    KINDS,
+    Names,
+    Sums,
+    Values,
+    draw_perms,
+    mask_constant,
+    null_summary,
+    perm_generator,
+)
+
+
+def checked_grams(acts: Sequence[Tensor], names: Names, side: str) -> tuple[Tensor, Tensor]:
+    """Per-batch linear Grams of one model's layers: L tensors ``(b, p_i)`` → ``(L, b, b)`` float64, and
+    which layers varied in this batch ``(L,)`` bool.
+
+    :func:`simkit.metrics.gram.batch_grams` (fast, shifted where the mean dominates, exactly zero for a
+    layer that is constant in the batch), plus two checks for free from the Gram's trace: non-finite
+    (a NaN or Inf activation, or one whose square overflows; raises :class:`SimkitError` naming the layer
+    of model ``side``, "a" or "b") and zero (the layer was constant: every row the same).
+    """
+    g = batch_grams(acts)
+    trace = torch.diagonal(g, dim1=-2, dim2=-1).sum(-1)
+    finite = torch.isfinite(trace).tolist()
+    if not all(finite):
+        raise names.non_finite(side, finite.index(False))
+    return g, trace != 0
+
+
+def rbf_from_linear(g: Tensor, factor: float) -> Tensor:
+    """RBF Grams ``(L, b, b)`` from linear Grams ``g (L, b, b)`` with per-layer median bandwidth.
+
+    σ_l = factor · median of the distances over pairs i < j (the one median); σ = 0 → ``K = [d = 0]``.
+    """
+    b = g.shape[-1]
+    d2 = sq_distances(g, torch.diagonal(g, dim1=-2, dim2=-1), torch.arange(b, device=g.device))
+    medians = [median_of_distances(d.__getitem__, b, b, g.device) for d in d2]
+    sigma = factor * torch.stack(medians)
+    return rbf_from_sq_distances(d2, sigma[:, None, None])
+
+
+class MinibatchPart:
+    """Nguyen et al.'s minibatch CKA for any of linear_cka / unbiased_cka / rbf_cka, all pairs at once."""
+
+    def __init__(self, metrics: list[str], dims_a: list[int], dims_b: list[int], null: int, seed: int,
+                 rbf_factor: float, names: Names):
+        self.metrics, self.dims_a, self.dims_b = metrics, dims_a, dims_b
+        self.null, self.seed, self.rbf_factor, self.names = null, seed, rbf_factor, names
+        la, lb = len(dims_a), len(dims_b)
+        self.s = Sums()
+        # n, batches seen, batches with b < 2, batches with b < 4
+        self.s.add("counts", 4)
+        for side, count in (("a", la), ("b", lb)):  # per layer: batches in which it was not constant
+            self.s.add(f"varied_{side}", count)
+        for m in metrics:
+            self.s.add(f"{m}.cross", la, lb)
+            self.s.add(f"{m}.self_a", la)
+            self.s.add(f"{m}.self_b", lb)
+            if null:
+                self.s.add(f"{m}.null", null, la, lb)
+        self.needs_gather = False
+
+    def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int) -> None:
+        s = self.s
+        s.to(acts_a[0].device)
+        counts = s["counts"]
+        counts[0] += b
+        counts[1] += 1
+        if b < 2:
+            counts[2] += 1
+            return
+        if b < 4:
+            counts[3] += 1
+        ga, varied_a = checked_grams(acts_a, self.names, "a")
+        gb, varied_b = checked_grams(acts_b, self.names, "b")
+        s["varied_a"].add_(varied_a)
+        s["varied_b"].add_(varied_b)
+        perms = None
+        if self.null:
+            perms = draw_perms(self.null, b, perm_generator(self.seed, batch_index), ga.device)
+        centred = {"a": center_gram(ga), "b": center_gram(gb)}
+        for m in self.metrics:
+            kind = KINDS[m]
+            if kind == "unbiased":
+                if b < 4:
+                    continue
+                scale = 1.0 / math.sqrt(b * (b - 3))
+                fa, fb = u_center_gram(ga) * scale, u_center_gram(gb) * scale
+            elif kind == "biased":
+                fa, fb = centred["a"] / (b - 1), centred["b"] / (b - 1)
+            else:
+                fa = center_gram(rbf_from_linear(ga, self.rbf_factor)) / (b - 1)
+                fb = center_gram(rbf_from_linear(gb, self.rbf_factor)) / (b - 1)
+            self._add(m, fa, fb, perms)
+
+    def _add(self, m: str, fa: Tensor, fb: Tensor, perms: Tensor | None) -> None:
+        """Add one batch's HSIC streams of metric ``m`` from centred Grams ``fa (La, b, b)``, ``fb (Lb, b, b)``."""
+        s = self.s
+        la, lb, b = fa.shape[0], fb.shape[0], fa.shape[-1]
+        flat_a, flat_b = fa.reshape(la, b * b), fb.reshape(lb, b * b)
+        s[f"{m}.cross"].addmm_(flat_a, flat_b.T)
+        s[f"{m}.self_a"].add_((flat_a * flat_a).sum(1))
+        s[f"{m}.self_b"].add_((flat_b * flat_b).sum(1))
+        if perms is not None:  # B's Grams permuted, a few draws at a time (≤ 2**25 entries held)
+            step = max(1, 2**25 // (lb * b * b))
+            for first in range(0, perms.shape[0], step):
+                chunk = perms[first:first + step]
+                k = chunk.shape[0]
+                permuted = fb[:, chunk[:, :, None], chunk[:, None, :]]  # (Lb, k, b, b)
+                prod = flat_a @ permuted.reshape(lb * k, b * b).T  # (La, Lb·k)
+                s[f"{m}.null"][first:first + k].add_(prod.reshape(la, lb, k).permute(2, 0, 1))
+
+    def state(self) -> list[Tensor]:
+        return self.s.list()
+
+    def merge(self, other: MinibatchPart) -> None:
+        self.s.merge(other.s)
+
+    def constant(self) -> tuple[Tensor, Tensor]:
+        """Constant layers ``(La,), (Lb,)`` bool: constant (``is_constant``) in every batch it was fed."""
+        return self.s["varied_a"] == 0, self.s["varied_b"] == 0
+
+    def compute(self) -> Values:
+        s = self.s
+        counts = s["counts"].tolist()
+        const_a, const_b = self.constant()
+        out = {}
+        for m in self.metrics:
+            used = counts[1] - counts[2] - (counts[3] if KINDS[m] == "unbiased" else 0)
+            least = 4 if KINDS[m] == "unbiased" else 2
+            if used <= 0:
+                raise SimkitError(f"minibatch {m} needs batches of at least {least} samples and got none; "
+                                  "raise `batch_size` (or use `mode`=exact)")
+            skipped = counts[1] - used
+            if skipped:
+                warnings.warn(f"minibatch {m}: skipped {int(skipped)} batch(es) with fewer than {least} "
+                              "samples", RuntimeWarning, stacklevel=3)
+            self_a, self_b = s[f"{m}.self_a"][:, None], s[f"{m}.self_b"][None, :]
+            value = mask_constant(cka_ratio(s[f"{m}.cross"], self_a, self_b, warn=False), const_a, const_b)
+            self.names.warn_constant(m, const_a, const_b)
+            out[m] = {"value": value.cpu().numpy()}
+            if self.null:
+                null = mask_constant(cka_ratio(s[f"{m}.null"], self_a, self_b, warn=False), const_a, const_b)
+                out[m].update(null_summary(null))
+        return out
+
+    def describe(self) -> dict[str, dict[str, Any]]:
+        counts = self.s["counts"].tolist()
+        out: dict[str, dict[str, Any]] = {}
+        for m in self.metrics:
+            skipped = counts[2] + (counts[3] if KINDS[m] == "unbiased" else 0)
+            out[m] = {"mode": "minibatch", "path": "gram", "n": int(counts[0]), "batches": int(counts[1]),
+                      "skipped_batches": int(skipped),
+                      "hsic": "unbiased HSIC_1" if KINDS[m] == "unbiased" else "biased HSIC",
+                      "kernel": "rbf" if m == "rbf_cka" else "linear", "null": self.null}
+            if m == "rbf_cka":
+                out[m]["bandwidth"] = f"{self.rbf_factor} x per-batch median pairwise distance"
+        return out

@@ -1,0 +1,268 @@
+"""Paths that store the activations: ``"stored-gram"`` (exact RBF CKA, exact linear CKA beyond the
+memory budget or with a permutation null) and ``"stored-knn"`` (mutual k-NN, both modes).
+
+Gram rows are produced in blocks with :mod:`simkit.metrics.cka`'s pieces (the one distance formula,
+median, RBF kernel, U-centring and ratio); neighbours with :mod:`simkit.metrics.knn`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from simkit.errors import SimkitError
+from simkit.metrics._checks import is_constant
+from simkit.metrics.cka import (
+    cka_ratio,
+    median_of_distances,
+    rbf_from_sq_distances,
+    sq_distances,
+    u_center_offsets,
+    u_center_rows,
+)
+from simkit.metrics.knn import clamp_normalize, knn_indices
+from simkit.metrics.streaming.common import (
+    KINDS,
+    Names,
+    Values,
+    compute_dtype,
+    draw_perms,
+    mask_constant,
+    null_summary,
+    own,
+    perm_generator,
+)
+
+#: What :meth:`StoredPart.payload` hands over: global batch indices, and per stored batch the A and B
+#: activations (one CPU tensor per layer).
+StoredPayload = tuple[list[int], list[list[Tensor]], list[list[Tensor]]]
+
+class GramRows:
+    """Rows of one layer's centred (``biased``), U-centred (``unbiased``) or centred RBF Gram, on demand.
+
+    x: ``(n, p)`` stored activations. ``rows(idx)`` → ``(len(idx), n)`` float64, never the whole n × n.
+    """
+
+    def __init__(self, x: Tensor, kind: str, factor: float, chunk: int, constant: bool):
+        self.kind, self.n, self.constant = kind, x.shape[0], constant
+        dtype = compute_dtype(x)
+        x = x.to(dtype)
+        self.xc = x - x.mean(0, dtype=torch.float64).to(dtype)
+        if constant:
+            return
+        n = self.n
+        if kind == "unbiased":  # the U-centring offsets from the column sums of K̃ = K − diag(K)
+            xd = self.xc.double()
+            rowsq = (xd * xd).sum(1)
+            self.m = u_center_offsets(xd @ xd.sum(0) - rowsq, n)
+        elif kind == "rbf":
+            self.sq = (self.xc.double() ** 2).sum(1)
+            self.sigma = factor * float(median_of_distances(self._sqdist, n, chunk, x.device))
+            if not self.sigma > 0:
+                raise SimkitError("RBF bandwidth is 0: the median pairwise distance of a layer is 0 (most "
+                                  "samples are duplicates); use linear CKA for this layer")
+            means = torch.cat([self._rbf(torch.arange(s, min(n, s + chunk), device=x.device)).mean(1)
+                               for s in range(0, n, chunk)])
+            self.row_mean, self.grand = means, means.mean()
+
+    def _sqdist(self, idx: Tensor) -> Tensor:
+        return sq_distances((self.xc[idx] @ self.xc.T).double(), self.sq, idx)
+
+    def _rbf(self, idx: Tensor) -> Tensor:
+        return rbf_from_sq_distances(self._sqdist(idx), self.sigma)
+
+    def rows(self, idx: Tensor) -> Tensor:
+        if self.constant:
+            return torch.zeros(len(idx), self.n, dtype=torch.float64, device=idx.device)
+        if self.kind == "biased":
+            return (self.xc[idx] @ self.xc.T).double()
+        if self.kind == "unbiased":
+            return u_center_rows((self.xc[idx] @ self.xc.T).double(), self.m, idx)
+        return self._rbf(idx) - self.row_mean[idx, None] - self.row_mean[None, :] + self.grand
+
+
+class StoredPart:
+    """Metrics that need all activations at once: exact-mode Gram-path CKA and mutual k-NN."""
+
+    def __init__(self, metrics: list[str], mode: str, dims_a: list[int], dims_b: list[int], null: int,
+                 seed: int, rbf_factor: float, knn_k: int, memory_budget_bytes: int, max_stored_n: int,
+                 names: Names, reasons: dict[str, str]):
+        self.metrics, self.mode, self.dims_a, self.dims_b = metrics, mode, dims_a, dims_b
+        self.null, self.seed, self.rbf_factor, self.knn_k = null, seed, rbf_factor, knn_k
+        self.budget, self.max_n, self.names, self.reasons = memory_budget_bytes, max_stored_n, names, reasons
+        self.chunks_a: list[list[Tensor]] = []
+        self.chunks_b: list[list[Tensor]] = []
+        self.indices: list[int] = []  # global batch index of every stored chunk (order of the data)
+        self.n = 0
+        self.needs_gather = True
+
+    def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int) -> None:
+        if self.n + b > self.max_n:
+            raise SimkitError(
+                f"{', '.join(self.metrics)} in {self.mode} mode store all activations and n would exceed "
+                f"`max_stored_n`={self.max_n}; use `mode`=minibatch (CKA metrics), `reduce`=mean, or a smaller `n`")
+        self.names.check_finite(("a", torch.stack([a.detach().sum(dtype=torch.float64) for a in acts_a])),
+                                ("b", torch.stack([t.detach().sum(dtype=torch.float64) for t in acts_b])))
+        self.chunks_a.append([own(a) for a in acts_a])
+        self.chunks_b.append([own(t) for t in acts_b])
+        self.indices.append(batch_index)
+        self.n += b
+
+    def state(self) -> list[Tensor]:
+        return []
+
+    def merge(self, other: StoredPart) -> None:
+        self.chunks_a += other.chunks_a
+        self.chunks_b += other.chunks_b
+        self.indices += other.indices
+        self.n += other.n
+
+    def payload(self) -> StoredPayload:
+        """This process's stored samples, picklable: ``(batch indices, chunks of A, chunks of B)`` on the CPU."""
+        return (list(self.indices), [[t.cpu() for t in c] for c in self.chunks_a],
+                [[t.cpu() for t in c] for c in self.chunks_b])
+
+    def load(self, payloads: Sequence[StoredPayload], device: torch.device | str | None = None) -> None:
+        """Replace the stored samples with those of all ``payloads`` (e.g. every rank's :meth:`payload`),
+        in global batch order, on ``device`` (default: where this part's samples were)."""
+        dev = device if device is not None else (self.chunks_a[0][0].device if self.chunks_a else None)
+        merged = [(index, chunk_a, chunk_b) for indices, chunks_a, chunks_b in payloads
+                  for index, chunk_a, chunk_b in zip(indices, chunks_a, chunks_b, strict=True)]
+        merged.sort(key=lambda entry: entry[0])
+        self.indices = [index for index, _, _ in merged]
+        self.chunks_a = [[t.to(dev) for t in chunk_a] for _, chunk_a, _ in merged]
+        self.chunks_b = [[t.to(dev) for t in chunk_b] for _, _, chunk_b in merged]
+        self.n = sum(len(c[0]) for c in self.chunks_a)
+
+    def _layers(self) -> tuple[list[Tensor], list[Tensor]]:
+        """All stored samples per layer, in global batch order: ``[(n, p_i)]``, ``[(n, q_j)]``."""
+        order = sorted(range(len(self.indices)), key=self.indices.__getitem__)
+        xa = [torch.cat([self.chunks_a[k][i] for k in order]) for i in range(len(self.dims_a))]
+        xb = [torch.cat([self.chunks_b[k][j] for k in order]) for j in range(len(self.dims_b))]
+        return xa, xb
+
+    def compute(self) -> Values:
+        n = self.n
+        if n == 0:
+            raise SimkitError("no samples were given to the accumulator; check `data` and `n`")
+        xa, xb = self._layers()
+        self.names.check_finite(("a", torch.stack([x.double().sum() for x in xa])),
+                                ("b", torch.stack([x.double().sum() for x in xb])))
+        const_a = torch.tensor([is_constant(x) for x in xa], device=xa[0].device)
+        const_b = torch.tensor([is_constant(x) for x in xb], device=xa[0].device)
+        out = {}
+        perms = None
+        if self.null:
+            perms = draw_perms(self.null, n, perm_generator(self.seed, -1), xa[0].device)
+        for m in self.metrics:
+            if m == "mutual_knn":
+                result = self._knn(xa, xb, perms, const_a, const_b)
+            else:
+                least = 4 if m == "unbiased_cka" else 2
+                if n < least:
+                    raise SimkitError(f"{m} needs at least {least} samples, got {n}; use more samples (`n`)")
+                result = self._gram(m, xa, xb, perms, const_a, const_b)
+            self.names.warn_constant(m, const_a, const_b)
+            out[m] = {k: (v if isinstance(v, np.ndarray) else v.cpu().numpy()) for k, v in result.items()}
+        return out
+
+    def _chunk(self, layers: int) -> int:
+        """Rows per block so that ``layers`` blocks of ``rows × n`` float64 use a quarter of the budget."""
+        return max(1, min(self.n, self.budget // (4 * 8 * max(1, layers) * self.n)))
+
+    def _gram(self, m: str, xa: list[Tensor], xb: list[Tensor], perms: Tensor | None, const_a: Tensor,
+              const_b: Tensor) -> dict:
+        n, kind = self.n, KINDS[m]
+        la, lb = len(xa), len(xb)
+        chunk = self._chunk(la + lb)
+        if kind == "rbf" and 16 * n * n > self.budget:
+            raise SimkitError(f"exact rbf_cka needs the median of all {n * (n - 1) // 2} pairwise distances "
+                              f"({16 * n * n} bytes) over `memory_budget_bytes`={self.budget}; "
+                              "use `mode`=minibatch or a smaller `n`")
+        ga = [GramRows(x, kind, self.rbf_factor, chunk, bool(c)) for x, c in zip(xa, const_a, strict=True)]
+        gb = [GramRows(x, kind, self.rbf_factor, chunk, bool(c)) for x, c in zip(xb, const_b, strict=True)]
+        dev = xa[0].device
+        cross = torch.zeros(la, lb, dtype=torch.float64, device=dev)
+        self_a = torch.zeros(la, dtype=torch.float64, device=dev)
+        self_b = torch.zeros(lb, dtype=torch.float64, device=dev)
+        null = torch.zeros(self.null, la, lb, dtype=torch.float64, device=dev)
+        for start in range(0, n, chunk):
+            idx = torch.arange(start, min(n, start + chunk), device=dev)
+            rows_a = torch.stack([g.rows(idx) for g in ga]).reshape(la, -1)
+            rows_b = torch.stack([g.rows(idx) for g in gb]).reshape(lb, -1)
+            cross.addmm_(rows_a, rows_b.T)
+            self_a.add_((rows_a * rows_a).sum(1))
+            self_b.add_((rows_b * rows_b).sum(1))
+            draws: Tensor | list[Tensor] = perms if perms is not None else []
+            for k, pk in enumerate(draws):  # B's Gram with samples permuted: L[π, π], rows idx
+                rows_bk = torch.stack([g.rows(pk[idx])[:, pk] for g in gb]).reshape(lb, -1)
+                null[k].addmm_(rows_a, rows_bk.T)
+        ratio_a, ratio_b = self_a[:, None], self_b[None, :]
+        result: dict[str, Any] = {
+            "value": mask_constant(cka_ratio(cross, ratio_a, ratio_b, warn=False), const_a, const_b)}
+        if self.null:
+            result.update(null_summary(mask_constant(cka_ratio(null, ratio_a, ratio_b, warn=False),
+                                                     const_a, const_b)))
+        return result
+
+    def _knn(self, xa: list[Tensor], xb: list[Tensor], perms: Tensor | None, const_a: Tensor,
+             const_b: Tensor) -> dict:
+        """Mutual k-NN of all pairs from each layer's neighbour sets, as sets of edge codes ``r·n + s``.
+
+        A constant layer's neighbours are all ties: its pairs are NaN, as for CKA."""
+        n, k = self.n, self.knn_k
+        if k > n - 1:
+            raise SimkitError(f"mutual_knn with k={k} needs at least {k + 1} samples, got {n}; "
+                              "use more samples or a smaller `knn_k`")
+        dev = xa[0].device
+        rows = torch.arange(n, device=dev)[:, None]
+
+        def neighbours(x: Tensor) -> Tensor:
+            x = x.to(compute_dtype(x))
+            return knn_indices(clamp_normalize(x), k)
+
+        codes_a = torch.stack([(rows * n + neighbours(x)).flatten() for x in xa])  # (La, n·k)
+        idx_b = [neighbours(x) for x in xb]
+        la, lb = len(xa), len(xb)
+        layer_off = torch.arange(la, device=dev)[:, None] * (n * n)
+        keys_a = (codes_a + layer_off).flatten()
+
+        def overlap(nb: Tensor) -> Tensor:
+            """Mean shared fraction of every A layer with one B neighbour set ``nb (n, k)`` → (La,)."""
+            codes = (rows * n + nb).flatten()[None, :] + layer_off
+            hits = torch.isin(codes.flatten(), keys_a).view(la, -1)
+            return hits.sum(1).double() / (n * k)
+
+        value = torch.stack([overlap(nb) for nb in idx_b], 1)
+        result: dict = {"value": mask_constant(value, const_a, const_b)}
+        if self.null and perms is not None:
+            null = torch.empty(self.null, la, lb, dtype=torch.float64, device=dev)
+            for t in range(self.null):  # neighbours of Y[π]: π⁻¹ applied to Y's neighbours of π(i)
+                pk = perms[t]
+                inv = torch.empty_like(pk)
+                inv[pk] = torch.arange(n, device=dev)
+                for j, nb in enumerate(idx_b):
+                    null[t, :, j] = overlap(inv[nb[pk]])
+            result.update(null_summary(mask_constant(null, const_a, const_b)))
+        return result
+
+    def describe(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        stored = sum(sum(t.numel() * t.element_size() for t in c) for c in self.chunks_a + self.chunks_b)
+        for m in self.metrics:
+            path = "stored-knn" if m == "mutual_knn" else "stored-gram"
+            out[m] = {"mode": self.mode, "path": path, "n": self.n, "null": self.null,
+                      "stored_bytes": stored, "reason": self.reasons.get(m, "")}
+            if m == "mutual_knn":
+                out[m].update(k=self.knn_k, note="computed on all samples in either mode")
+            else:
+                out[m].update(hsic="unbiased HSIC_1" if m == "unbiased_cka" else "biased HSIC",
+                              kernel="rbf" if m == "rbf_cka" else "linear")
+            if m == "rbf_cka":
+                out[m]["bandwidth"] = f"{self.rbf_factor} x median pairwise distance over all samples"
+        return out
+

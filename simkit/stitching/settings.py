@@ -1,0 +1,98 @@
+"""What a stitching run is told: :class:`StitchSettings`, one field per option that changes results.
+
+Fields are named as the options of ``simkit stitch`` (``iri_steps`` is ``--iri-steps``) and default to
+the command's defaults, so ``inputs.json`` and ``meta.options`` are ``settings.to_dict()`` and the
+command line maps a library message's backticked field names to its flags.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from simkit.errors import SimkitError
+from simkit.stitching.iri import OPTIMIZERS, SEEDS, IRISettings
+from simkit.stitching.objectives import parse_objectives
+from simkit.stitching.pairs import check_layer_choice
+
+INITS = ("lstsq", "default")
+
+
+@dataclass
+class StitchSettings:
+    """Everything that decides a stitching run's numbers.
+
+    layer_a / layer_b: module names of A and B (a comma string or a list; the lists pair up, a single
+    name pairs with all), or ``layers="auto"`` (blocks paired by relative depth).
+    objective: hlm, slm, dm, fula (a comma string or a list). iri: add the invariance-aware arm.
+    steps / batch_size / lr: stitch training (Adam; ``steps=0`` keeps the init). init: ``lstsq`` (least
+    squares) or ``default`` (PyTorch init / identity).
+    iri_steps / iri_tol / iri_seed / iri_optimizer / iri_step_size / iri_lr / iri_batch_size: how IRIs
+    are made (:class:`~simkit.stitching.iri.IRISettings` without the ``iri_`` prefix).
+    n: use at most the first ``n`` samples of the data. seed: data split, stitch training, IRIs.
+    tokens: read 2-D activations (T, d) as tokens (linear stitch) rather than (C, L) feature maps (a
+    model with an ``nn.Embedding`` always does). examples: IRIs beside their originals in the report.
+    """
+
+    layer_a: str | list[str] | None = None
+    layer_b: str | list[str] | None = None
+    layers: str | None = None
+    objective: str | list[str] = field(default_factory=lambda: ["fula"])
+    iri: bool = False
+    steps: int = 300
+    batch_size: int = 128
+    lr: float = 1e-3
+    init: str = "lstsq"
+    iri_steps: int = 1000
+    iri_tol: float = 0.05
+    iri_seed: str = "data"
+    iri_optimizer: str = "sgd"
+    iri_step_size: float = 0.5
+    iri_lr: float = 0.05
+    iri_batch_size: int = 256
+    n: int | None = None
+    seed: int = 0
+    tokens: bool = False
+    examples: int = 4
+
+    @property
+    def objectives(self) -> list[str]:
+        """The objectives as validated lower-case names, order kept, no duplicates."""
+        return parse_objectives(self.objective)
+
+    def iri_settings(self) -> IRISettings:
+        """The IRI part as the :class:`IRISettings` that ``generate_iris`` (and its cache key) takes."""
+        return IRISettings(steps=self.iri_steps, tol=self.iri_tol, seed=self.iri_seed,
+                           optimizer=self.iri_optimizer, step_size=self.iri_step_size, lr=self.iri_lr,
+                           batch_size=self.iri_batch_size)
+
+    def validate(self) -> None:
+        """Raise SimkitError naming the first field that cannot run."""
+        check_layer_choice(self.layer_a, self.layer_b, self.layers)
+        self.objectives  # noqa: B018  (parsing is the check)
+        if self.init not in INITS:
+            raise SimkitError(f"`init` must be 'lstsq' (least squares) or 'default', got {self.init!r}")
+        _at_least("steps", self.steps, 0)
+        _at_least("batch_size", self.batch_size, 1)
+        if not self.lr > 0:
+            raise SimkitError(f"`lr` must be positive, got {self.lr}")
+        if self.iri_seed not in SEEDS:
+            raise SimkitError(f"`iri_seed` must be 'data' (another training input) or 'noise', got {self.iri_seed!r}")
+        if self.iri_optimizer not in OPTIMIZERS:
+            raise SimkitError(f"`iri_optimizer` must be 'sgd' or 'adam', got {self.iri_optimizer!r}")
+        _at_least("iri_steps", self.iri_steps, 0)
+        _at_least("iri_batch_size", self.iri_batch_size, 1)
+        if not self.iri_tol >= 0:
+            raise SimkitError(f"`iri_tol` must be >= 0, got {self.iri_tol}")
+        if self.n is not None:
+            _at_least("n", self.n, 1)
+        _at_least("examples", self.examples, 0)
+        self.iri_settings().validate()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _at_least(name: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise SimkitError(f"`{name}` must be an integer >= {low}, got {value!r}")

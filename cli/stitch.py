@@ -92,12 +92,12 @@ def stitch_command(
         iri_optimizer=iri_optimizer.value, iri_step_size=iri_step_size, iri_lr=iri_lr,
         iri_batch_size=iri_batch_size, n=n, seed=seed)
     settings.validate()
+    run_dir = cli_run_dir("stitch", out, resume, {**settings.to_dict(), "model_a": model_a, "model_b": model_b,
+                                                  "data": data},
+                          files={"model_a": "model", "model_b": "model", "data": "data"})  # checked, not started
     net_a = load_model(model_a, seed=seed, trust=trust)
     net_b = load_model(model_b, seed=seed, trust=trust)
     dataset = load_data(data, n=n, seed=seed)
-    run_dir = cli_run_dir("stitch", out, resume, {**settings.to_dict(), "model_a": model_a, "model_b": model_b,
-                                                  "data": data},
-                          files={"model_a": "model", "model_b": "model", "data": "data"})
     result = runner.stitch(net_a, net_b, dataset, settings, run_dir=run_dir, resume=resume, device=device,
                            cache_dir=runner.DEFAULT_CACHE if cache_dir is None else cache_dir,
                            names=(model_a, model_b))

@@ -14,13 +14,11 @@ import sys
 from pathlib import Path
 
 import simkit
-from simkit.surgery.suite import run_graft_suite
-from simkit.surgery.tasks import SuiteSettings
 
 
 def main(out: Path) -> None:
-    settings = SuiteSettings(model="simkit:llama", after="blocks.1", branch="llama", gate="shadow", steps=600)
-    result = run_graft_suite(settings, out)
+    settings = simkit.GraftSettings(after="blocks.1", branch="llama", gate="shadow", steps=600)
+    result = simkit.graft(None, None, settings, run_dir=out)  # None, None: the built-in model and its tokens
     simkit.save_run(result, out)
     print(json.dumps(result.summary, indent=2))
     print(f"report: {out / 'report.html'}")

@@ -12,7 +12,8 @@ claim: at low NAPL channel-wise keeps more accuracy, and starting from a residua
     .venv/bin/python examples/linearize_mnist1d.py --out runs/linearize_mnist1d
     .venv/bin/python examples/linearize_mnist1d.py --quick          # a one-minute smoke run
 
-Each network's run directory (with report.html) is written under --out; rerunning resumes finished runs.
+Each network's run directory (with report.html) is written under --out; rerunning with the same settings
+resumes finished runs (other settings are refused: choose another --out).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import pandas as pd
 
 import simkit
 from simkit.data import load_data
-from simkit.linearization.runner import run_linearization
 from simkit.models import load_model
 
 NETWORKS = {
@@ -51,15 +51,17 @@ def main() -> None:
         args.train_epochs, args.epochs, omegas, n = 3, 2, [1e-2, 1e-1], 1000
 
     data = load_data("mnist1d", n=n, seed=args.seed)
+    settings = simkit.LinearizeSettings(omega=omegas, epochs=args.epochs, train=args.train_epochs, lr=args.lr,
+                                        slope_lr=args.slope_lr, batch_size=128, seed=args.seed)
     tables, summaries = [], {}
     for name, spec in NETWORKS.items():
         started = time.perf_counter()
         model = load_model(spec, seed=args.seed)
-        result = run_linearization(model, data, omegas=omegas, epochs=args.epochs, train_epochs=args.train_epochs,
-                                   lr=args.lr, slope_lr=args.slope_lr, batch_size=128, seed=args.seed,
-                                   run_dir=args.out / name, resume=True, progress=False, model_spec=spec,
-                                   data_spec="mnist1d")
-        simkit.save_run(result, args.out / name)
+        run_dir = args.out / name
+        # an earlier run of the same settings resumes (finished runs are skipped); other settings are refused
+        result = simkit.linearize(model, data, settings, run_dir=run_dir, resume=(run_dir / "inputs.json").is_file(),
+                                  progress=False, model_name=spec)
+        simkit.save_run(result, run_dir)
         runs = result.tables["runs"].assign(network=name)
         tables.append(runs)
         summaries[name] = (result.summary, result.tables["matched"], time.perf_counter() - started)

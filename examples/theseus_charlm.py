@@ -26,7 +26,6 @@ import torch
 import simkit
 from simkit.data import Dataset
 from simkit.models import load_model
-from simkit.theseus.runner import run_conversion
 
 MODULES = ("os", "re", "json", "collections", "functools", "itertools", "string", "textwrap", "pathlib",
            "typing", "inspect", "argparse", "logging", "statistics", "fractions", "decimal", "datetime",
@@ -104,12 +103,12 @@ def main() -> None:
     guide = load_model(f"simkit:llama:vocab={len(vocab)},d={args.d},heads=4,blocks={args.blocks},"
                        f"max_len={args.length}", seed=args.seed)
     started = time.perf_counter()
-    result = run_conversion(
-        guide, data, recipe="attention-to-rnn", schedules=args.schedule.split(","),
-        metrics=args.metric.split(","), baselines=[b for b in args.baselines.split(",") if b and b != "none"],
+    settings = simkit.ConvertSettings(
+        recipe="attention-to-rnn", schedule=args.schedule.split(","), metric=args.metric.split(","),
+        baselines=[b for b in args.baselines.split(",") if b and b != "none"],
         steps_per_stage=args.steps_per_stage, batch_size=args.batch_size, finetune_epochs=args.finetune_epochs,
-        finetune_batch_size=args.batch_size, train_guide=args.guide_epochs, seed=args.seed,
-        run_dir=args.out, resume=args.resume, eval_samples=256)
+        finetune_batch_size=args.batch_size, train_guide=args.guide_epochs, seed=args.seed, eval_samples=256)
+    result = simkit.convert(guide, data, settings, run_dir=args.out, resume=args.resume)
     simkit.save_run(result, args.out)
     print(result.tables["runs"].T.to_string())
     print(f"wall time {time.perf_counter() - started:.0f} s; report: {args.out / 'report.html'}")

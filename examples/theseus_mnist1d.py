@@ -8,8 +8,9 @@ seeds, reported as mean ± standard deviation of test accuracy.
     .venv/bin/python examples/theseus_mnist1d.py --seeds 0 --steps-per-stage 150 \\
         --finetune-epochs 15 --arms progressive:cka:trained --out /tmp/theseus_quick     # reduced
 
-Each arm is one ``run_conversion`` call sharing the seed's trained guide; every run directory (result,
-tables, report.html, checkpoints) is kept under --out/seed<S>/<arm>, and --resume continues them.
+Each arm is one ``simkit.convert`` call sharing the seed's guide, trained (in place) by the first arm's
+run (``train_guide``); every run directory (result, tables, report.html, checkpoints) is kept under
+--out/seed<S>/<arm>, and --resume continues them.
 The aggregated table goes to --out/summary.csv and --out/summary.md.
 """
 
@@ -25,8 +26,6 @@ import torch
 import simkit
 from simkit.data import load_data
 from simkit.models import load_model
-from simkit.theseus.runner import run_conversion
-from simkit.training import TrainConfig, evaluate_accuracy, train_classifier
 
 ALL_ARMS = ("progressive:cka:trained,progressive:unbiased_cka:trained,progressive:dmnn:trained,"
             "sequential:cka:trained,independent:cka:trained,joint:cka:trained,progressive:cka:random")
@@ -51,15 +50,6 @@ def parse() -> argparse.Namespace:
     return p.parse_args()
 
 
-def trained_guide(spec: str, seed: int, data, epochs: float, run_dir: Path, resume: bool):
-    guide = load_model(spec, seed=seed)
-    if epochs > 0:
-        config = TrainConfig(epochs=epochs, batch_size=128, lr=1e-3, scheduler="cosine", seed=seed,
-                             description=f"guide seed {seed}")
-        train_classifier(guide, data, config, run_dir=run_dir, name="guide", resume=resume)
-    return guide.eval()
-
-
 def main() -> None:
     args = parse()
     torch.set_flush_denormal(True)  # a script of its own: the whole process may flush
@@ -67,23 +57,26 @@ def main() -> None:
     arms = [tuple(a.split(":")) for a in args.arms.split(",") if a.strip()]
     baselines = [] if args.baselines == "none" else [b for b in args.baselines.split(",") if b]
     data = load_data("mnist1d")
-    train, test = data.train_test()
     rows = []
     started = time.perf_counter()
     for seed in seeds:
         seed_dir = args.out / f"seed{seed}"
-        guide = trained_guide(args.guide, seed, train, args.guide_epochs, seed_dir, args.resume)
-        print(f"seed {seed}: guide test accuracy {evaluate_accuracy(guide, test.inputs, test.labels):.4f}")
+        guide = load_model(args.guide, seed=seed)  # trained by the first arm's run, then shared
         for i, (schedule, metric, init) in enumerate(arms):
             arm_dir = seed_dir / f"{schedule}-{metric}-{init}"
-            result = run_conversion(
-                guide, data, recipe="conv-to-mlp", schedules=[schedule], metrics=[metric], guide_inits=[init],
+            settings = simkit.ConvertSettings(
+                recipe="conv-to-mlp", schedule=[schedule], metric=[metric], guide_init=[init],
                 baselines=baselines if i == 0 else [], rank=args.rank, steps_per_stage=args.steps_per_stage,
                 batch_size=args.batch_size, finetune_epochs=args.finetune_epochs, head_epochs=args.head_epochs,
-                lr=args.lr, seed=seed, run_dir=arm_dir, resume=args.resume, compare_layers=i == 0)
+                lr=args.lr, train_guide=args.guide_epochs if i == 0 else 0, seed=seed, compare_layers=i == 0)
+            result = simkit.convert(guide, data, settings, run_dir=arm_dir, resume=args.resume,
+                                    guide_name=args.guide, data_name="mnist1d")
             simkit.save_run(result, arm_dir, report=not args.no_report)
             row = result.tables["runs"].iloc[0].to_dict()
             rows.append(row)
+            if i == 0:
+                print(f"seed {seed}: guide test accuracy {row['guide_accuracy']:.4f}"
+                      + ("" if init == "trained" else f" ({init} guide)"))
             print(f"  {schedule:<12} {metric:<13} {init:<8} probe {row['probe_accuracy']:.4f}  "
                   f"converted {row['converted_accuracy']:.4f}  ({row['seconds']:.0f} s)")
             if i == 0:

@@ -7,6 +7,8 @@ The public API (every name loads on first use, so ``import simkit`` and ``simkit
 - the research runners, each ``run(modules, data, settings, run_dir=None, resume=False)`` → a result:
   ``convert`` (Network of Theseus, ``ConvertSettings``), ``stitch`` (``StitchSettings``), ``linearize``
   (``LinearizeSettings``), ``graft`` (``GraftSettings``);
+- ``train_classifier(model, data, TrainConfig(...))`` and ``evaluate_accuracy(model, x, y)``: the one
+  training loop, for the models a study needs;
 - ``load(run_dir)`` reads any run directory back; ``save_run(result, out)`` writes one with its
   report; ``render_report(result, path)`` writes the HTML report alone.
 
@@ -38,6 +40,9 @@ _LAZY = {
     "LinearizeSettings": "simkit.linearization",
     "graft": "simkit.grafting",
     "GraftSettings": "simkit.grafting",
+    "TrainConfig": "simkit.training",
+    "train_classifier": "simkit.training",
+    "evaluate_accuracy": "simkit.training",
     "save_run": "simkit.report",
     "render_report": "simkit.report",
     "RunDir": "simkit.rundir",

@@ -94,7 +94,7 @@ def _residual_blocks(model: nn.Module) -> list[str]:
 
 
 def _transformer_layers(model: nn.Module) -> list[str]:
-    out = []
+    out: list[str] = []
     for name, module in model.named_modules():
         leaf = name.rsplit(".", 1)[-1]
         if leaf in SEQUENCE_CONTAINERS and isinstance(module, nn.ModuleList | nn.Sequential):

@@ -17,8 +17,8 @@ import simkit
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_MODULES = {"simkit", "simkit.models", "simkit.data", "simkit.metrics"}
 PUBLIC_FUNCTIONS = ("convert", "stitch", "linearize", "graft", "compare", "compare_caches", "study", "capture",
-                    "load", "save_run", "render_report")
-PUBLIC_CLASSES = ("ConvertSettings", "StitchSettings", "LinearizeSettings", "GraftSettings", "RunDir")
+                    "load", "save_run", "render_report", "train_classifier", "evaluate_accuracy")
+PUBLIC_CLASSES = ("ConvertSettings", "StitchSettings", "LinearizeSettings", "GraftSettings", "RunDir", "TrainConfig")
 
 
 def module_name(path: Path) -> str:

@@ -49,6 +49,10 @@ class LinearizeSettings:
 
     def validate(self) -> None:
         """Raise SimkitError (naming the field in backticks) for settings that cannot run."""
+        for name, example in (("granularity", "['channel', 'layer']"), ("omega", "[1e-3, 1e-2]")):
+            value = getattr(self, name)
+            if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
+                raise SimkitError(f"`{name}` must be a list such as {example}, got {value!r}")
         granularities = list(self.granularity)
         bad = [g for g in granularities if g not in GRANULARITIES]
         if bad or not granularities:

@@ -189,7 +189,7 @@ def generate_iris(front: nn.Module, x: Tensor, settings: IRISettings, *, value_r
     path = partial = None
     if cache_dir is not None:
         if not key_parts:
-            raise SimkitError("an IRI cache needs key_parts (model, layer, data)")
+            raise SimkitError("an IRI cache (`cache_dir`) needs `key_parts` (model, layer, data)")
         key = cache_key(key_parts["model"], key_parts["layer"], key_parts["data"], settings, seed, value_range)
         path = Path(cache_dir) / f"iri-{key}.safetensors"
         partial = Path(cache_dir) / f"iri-{key}.partial.safetensors"

@@ -71,6 +71,3 @@ def linearize_command(
                        model_name=model, data_name=data)
     finish(result, out, no_report)
 
-
-# `simkit napl` lives in its own module; imported here (after `linearize`, as before) until cli/main.py imports it
-from simkit.cli import napl as _napl  # noqa: E402, F401

@@ -11,6 +11,7 @@ from simkit.cli import (  # noqa: F401  (each module registers its commands on t
     graft,
     layers,
     linearize,
+    napl,
     report,
     stitch,
 )

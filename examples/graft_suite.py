@@ -9,8 +9,8 @@ Same as `simkit graft --steps 600 --out runs/graft_suite`. Prints the summary; o
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 import simkit
@@ -25,4 +25,6 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("runs/graft_suite"))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", nargs="?", type=Path, default=Path("runs/graft_suite"), help="run directory")
+    main(parser.parse_args().out)

@@ -28,7 +28,6 @@ from torch import nn
 import simkit
 from simkit.data import Dataset, load_data
 from simkit.models import load_model
-from simkit.training import TrainConfig, evaluate_accuracy, train_classifier
 
 # Where the shortcut patch of each class goes (top-left corner of a 2×2 patch on the 8×8 image).
 PATCH_CORNERS = ((0, 0), (0, 2), (0, 4), (0, 6), (6, 0), (6, 2), (6, 4), (6, 6), (2, 0), (4, 6))
@@ -86,7 +85,7 @@ def build(spec: str, seed: int) -> nn.Module:
 
 def train(spec: str, seed: int, data: Dataset, steps: int) -> nn.Module:
     model = build(spec, seed)
-    train_classifier(model, data, TrainConfig(steps=steps, lr=3e-3, batch_size=128, seed=seed,
+    simkit.train_classifier(model, data, simkit.TrainConfig(steps=steps, lr=3e-3, batch_size=128, seed=seed,
                                               weight_decay=1e-2, description=f"train seed {seed}"))
     return model.eval()
 
@@ -113,9 +112,9 @@ def main() -> None:
               "A2": train(args.model, 1, clean_train, args.train_steps),
               "S": train(args.model, 2, shortcut.train_test()[0], args.train_steps)}
     for name, model in models.items():
-        acc = evaluate_accuracy(model, test.inputs, test.labels)
-        short = evaluate_accuracy(model, plant_shortcut(test.inputs, test.labels, 1.0), test.labels)
-        wrong = evaluate_accuracy(model, plant_shortcut(test.inputs, (test.labels + 1) % 10, 1.0), test.labels)
+        acc = simkit.evaluate_accuracy(model, test.inputs, test.labels)
+        short = simkit.evaluate_accuracy(model, plant_shortcut(test.inputs, test.labels, 1.0), test.labels)
+        wrong = simkit.evaluate_accuracy(model, plant_shortcut(test.inputs, (test.labels + 1) % 10, 1.0), test.labels)
         print(f"{name}: clean test accuracy {acc:.3f}; with the true shortcut {short:.3f}; "
               f"with a wrong shortcut {wrong:.3f}")
 

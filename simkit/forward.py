@@ -57,7 +57,7 @@ def forward_error(exc: BaseException, batch: Batch, who: str) -> SimkitError:
     """The one-line error for a forward pass of ``who`` (e.g. "model A") that failed on ``batch``."""
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return SimkitError(f"{who} failed on inputs of shape {describe_batch(batch)}: {first_line[:200]}; "
-                       "check that --data matches the model's input")
+                       "check that `data` matches the model's input")
 
 
 def check_accepts(model: nn.Module, batch: Batch, who: str) -> None:
@@ -72,18 +72,18 @@ def check_accepts(model: nn.Module, batch: Batch, who: str) -> None:
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
-    """``--device`` (``cpu``, ``cuda`` or ``cuda:N``) as a torch.device; one-line SimkitError when it
-    names no device or CUDA is not available (the same message as ``simkit compare --device``)."""
+    """``device`` (``cpu``, ``cuda`` or ``cuda:N``) as a torch.device; one-line SimkitError when it
+    names no device or CUDA is not available."""
     try:
         resolved = torch.device(device)
     except (RuntimeError, TypeError, ValueError):
         raise SimkitError(f"unknown device {str(device)!r}; use cpu, cuda or cuda:N") from None
     if resolved.type == "cuda":
         if not torch.cuda.is_available():
-            raise SimkitError("--device cuda was asked for but no CUDA device is available; use --device cpu")
+            raise SimkitError("`device` cuda was asked for but no CUDA device is available; use `device` cpu")
         if resolved.index is not None and resolved.index >= torch.cuda.device_count():
-            raise SimkitError(f"--device {resolved}: only {torch.cuda.device_count()} CUDA device(s) are "
-                              "visible; use cuda:0 or --device cpu")
+            raise SimkitError(f"`device` {resolved}: only {torch.cuda.device_count()} CUDA device(s) are "
+                              "visible; use cuda:0 or `device` cpu")
     elif resolved.type != "cpu":
         raise SimkitError(f"unsupported device {str(device)!r}; use cpu, cuda or cuda:N")
     return resolved

@@ -127,7 +127,7 @@ def open_run_dir(run_dir: RunDir | str | Path | None, command: str, inputs: Mapp
 def fingerprint(value: Any) -> str:
     """sha256 of what a module, tensor, dataset or JSON-able value holds, for ``inputs``: a module's
     class and state (names, dtypes, shapes, bytes), a tensor's dtype, shape and bytes, an object with
-    ``inputs``/``labels`` (a ``simkit.data.Dataset``) by those, mappings and sequences item by item."""
+    ``inputs``/``labels`` (a ``simkit.data.Dataset``) by those and its ``test`` split, mappings and sequences item by item."""
     digest = hashlib.sha256()
     _feed(digest, value)
     return digest.hexdigest()
@@ -140,7 +140,7 @@ def _feed(digest: Any, value: Any) -> None:
     elif isinstance(value, torch.Tensor):
         t = value.detach().cpu().contiguous()
         digest.update(f"tensor {t.dtype} {tuple(t.shape)}\0".encode())
-        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     elif isinstance(value, Mapping):
         for key in value:
             digest.update(f"key {key}\0".encode())
@@ -150,7 +150,7 @@ def _feed(digest: Any, value: Any) -> None:
         for item in value:
             _feed(digest, item)
     elif hasattr(value, "inputs") and hasattr(value, "labels"):
-        _feed(digest, {"inputs": value.inputs, "labels": value.labels})
+        _feed(digest, {"inputs": value.inputs, "labels": value.labels, "test": getattr(value, "test", None)})
     else:
         digest.update(json.dumps(_plain(value), sort_keys=True).encode() + b"\0")
 

@@ -86,7 +86,7 @@ def runs(tmp_path_factory):
         if name not in made:
             out = tmp_path_factory.mktemp(name) / "run"
             with pytest.MonkeyPatch.context() as patch:
-                patch.setattr("simkit.surgery.experiments.run_f3", f3_stub)
+                patch.setattr("simkit.grafting.experiments.run_f3", f3_stub)
                 result = invoke(*ARGS[name], "--no-report", "--out", out)
             assert result.exit_code == 0, result.output
             made[name] = out
@@ -105,7 +105,7 @@ def test_resume_with_the_same_inputs_continues(runs, name):
     assert not RESULT_FREE & set(inputs["options"])
     before = stable(json.loads((out / "result.json").read_text())["summary"])
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("simkit.surgery.experiments.run_f3", f3_stub)
+        patch.setattr("simkit.grafting.experiments.run_f3", f3_stub)
         result = invoke(*ARGS[name], *SAME[name], "--resume", "--out", out)
     assert result.exit_code == 0, result.output
     assert stable(json.loads((out / "result.json").read_text())["summary"]) == before
@@ -155,7 +155,13 @@ def test_resume_without_inputs_json_exits_2(tmp_path):
 
 
 def interrupted(*args, **kwargs):
-    """``run_stitching`` stand-in: Ctrl-C before the first checkpoint."""
+    """``stitch`` stand-in: Ctrl-C before the run directory was started."""
+    raise KeyboardInterrupt
+
+
+def started_then_interrupted(*args, run_dir, **kwargs):
+    """``stitch`` stand-in: Ctrl-C after the run directory was started, before the first checkpoint."""
+    run_dir.start()
     raise KeyboardInterrupt
 
 
@@ -168,24 +174,25 @@ def test_a_fresh_run_that_fails_on_bad_input_leaves_nothing_behind(tmp_path, mon
     result = invoke(*ARGS[name], "--data", "nosuchdata", "--no-report", "--out", tmp_path / "new" / "run")
     assert result.exit_code == 2, result.output
     assert len(result.output.strip().splitlines()) == 1 and "unknown data kind 'nosuchdata'" in result.output
-    assert tmp_path / "new" / "run" / "inputs.json" in written  # written before the runner saw the data
-    assert not list(tmp_path.iterdir()), "inputs.json and the folders made for it are gone"
+    assert tmp_path / "new" / "run" / "inputs.json" not in written  # the data is checked before any write
+    assert not list(tmp_path.iterdir()), "no folder is made for a run that fails its checks"
 
 
 def test_an_interrupted_fresh_run_keeps_its_directory_once_it_holds_more_than_inputs_json(tmp_path, monkeypatch):
     def checkpointed_then_interrupted(*args, run_dir, **kwargs):
-        (run_dir / "checkpoints").mkdir()
-        (run_dir / "checkpoints" / "stitch.pt").write_bytes(b"state")
+        run_dir.start()
+        run_dir.checkpoints.mkdir()
+        (run_dir.checkpoints / "stitch.pt").write_bytes(b"state")
         raise KeyboardInterrupt
 
     (tmp_path / "mine").mkdir()
-    monkeypatch.setattr("simkit.stitching.runner.run_stitching", interrupted)
+    monkeypatch.setattr("simkit.stitching.runner.stitch", started_then_interrupted)
     for out in (tmp_path / "early", tmp_path / "mine"):
         result = invoke(*ARGS["stitch"], "--no-report", "--out", out)
         assert result.exit_code == 130 and "interrupted" in result.output
     assert not (tmp_path / "early").exists()
     assert (tmp_path / "mine").is_dir(), "a directory this run did not create stays"
-    monkeypatch.setattr("simkit.stitching.runner.run_stitching", checkpointed_then_interrupted)
+    monkeypatch.setattr("simkit.stitching.runner.stitch", checkpointed_then_interrupted)
     assert invoke(*ARGS["stitch"], "--no-report", "--out", tmp_path / "late").exit_code == 130
     assert sorted(snapshot(tmp_path / "late")) == ["checkpoints/stitch.pt", "inputs.json"]
 
@@ -199,7 +206,7 @@ def test_a_fresh_run_in_a_run_directory_starts_over(runs, tmp_path, monkeypatch)
     assert any(name.startswith("checkpoints/") for name in before)
     changed = [*ARGS["stitch"], "--n", "100", "--no-report"]
     with monkeypatch.context() as patch:
-        patch.setattr("simkit.stitching.runner.run_stitching", interrupted)
+        patch.setattr("simkit.stitching.runner.stitch", started_then_interrupted)
         assert invoke(*changed, "--out", out).exit_code == 130
     assert not (out / "checkpoints").exists()
     assert json.loads((out / "inputs.json").read_text())["options"]["n"] == 100

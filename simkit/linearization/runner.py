@@ -165,11 +165,7 @@ def linearize(model: nn.Module, data: Dataset, settings: LinearizeSettings | Non
 def _inputs(settings: LinearizeSettings, model: nn.Module, data: Dataset) -> dict[str, Any]:
     """What a Python caller's run directory is tied to: the settings, and fingerprints of the model as
     given (before any training) and of the data (its test split included)."""
-    # 0-dim state (BatchNorm's num_batches_tracked) as 1-element tensors: simkit.rundir.fingerprint
-    # cannot view a 0-dim tensor as bytes
-    state = {name: t.reshape(1) if t.dim() == 0 else t for name, t in model.state_dict().items()}
-    return {**settings.to_dict(), "model": fingerprint({"module": type(model).__qualname__, "state": state}),
-            "data": fingerprint((data, data.test))}
+    return {**settings.to_dict(), "model": fingerprint(model), "data": fingerprint(data)}
 
 
 def _sweep(model: nn.Module, s: LinearizeSettings, train: Dataset, tensors: tuple[Tensor, Tensor, Tensor, Tensor],

@@ -169,8 +169,7 @@ def convert(guide: nn.Module, data: Dataset, settings: ConvertSettings | None = 
     # what a Python caller's run directory is tied to (the CLI passes a RunDir made from spec strings)
     inputs: dict[str, Any] = {}
     if run_dir is not None and not isinstance(run_dir, RunDir):
-        inputs = {**settings.to_dict(), "guide": _module_fingerprint(guide), "data": fingerprint(data),
-                  "data_test": fingerprint(data.test) if data.test is not None else None}
+        inputs = {**settings.to_dict(), "guide": fingerprint(guide), "data": fingerprint(data)}
 
     with timer("load"):
         guide.to(device)
@@ -192,7 +191,7 @@ def convert(guide: nn.Module, data: Dataset, settings: ConvertSettings | None = 
             settings.recipe, guide, rank=settings.rank, group=settings.group, cell=settings.cell, seed=seed)
         slots, head = resolve_plan(plan_obj, guide, lambda m: run_model(m, sample), seed=seed)
     if inputs and plan is not None:  # a plan object: what it builds is part of the inputs
-        inputs["plan_targets"] = fingerprint([[list(sl.names), sl.align, _module_fingerprint(sl.target)]
+        inputs["plan_targets"] = fingerprint([[list(sl.names), sl.align, fingerprint(sl.target)]
                                               for sl in slots])
 
     # validated: from here on the run directory is this run's
@@ -311,12 +310,6 @@ def convert(guide: nn.Module, data: Dataset, settings: ConvertSettings | None = 
         timings={k: round(v, 3) for k, v in {**timer.seconds, **fitter.seconds}.items()},
     )
     return ConvertResult(summary=summary, tables=tables, meta=meta, extra=extra)
-
-
-def _module_fingerprint(module: nn.Module) -> str:
-    """``fingerprint(module)``, with 0-d state tensors (BatchNorm's ``num_batches_tracked``) as 1-d."""
-    state = {k: v.reshape(1) if v.dim() == 0 else v for k, v in module.state_dict().items()}
-    return fingerprint({"module": type(module).__qualname__, "state": state})
 
 
 def _random_guide(guide: nn.Module, seed: int, inputs: Inputs, batch_size: int) -> nn.Module:

@@ -71,6 +71,7 @@ def graft_command(
                              batch_size=batch_size, allow_double_zero=allow_double_zero)
     settings.validate()
     module = load_model(settings.model or BUILTIN, seed=seed, trust=trust)
+    settings.validate(is_builtin(module))  # --after with a MODEL, before its data is read
     dataset = None if data is None else load_data(data, n=settings.samples(is_builtin(module)), seed=seed)
     run_dir = cli_run_dir("graft", out, resume, settings.to_dict(), files={"model": "model", "data": "data"})
     result = graft(module, dataset, settings, run_dir=run_dir, resume=resume)

@@ -368,3 +368,4 @@ def test_shadow_gate_identity_iff_no_negative_zero(values, with_negative_zero):
     expected = int(((x == 0) & torch.signbit(x) & ~torch.signbit(r)).sum()) if torch.isfinite(r).all() else None
     if expected is not None:
         assert bit_mismatches(x, y) == np_mismatches(x, y) == expected
+

@@ -61,7 +61,7 @@ def graft(model: nn.Module | None, data: Dataset | None, settings: GraftSettings
         check_rebuildable(model)
         task = make_task(s, model, data, progress=progress)
         check_accepts(task.make_model(), task.probe, "the model")
-    inputs = {**settings.to_dict(), "model_state": _module_fingerprint(model),
+    inputs = {**settings.to_dict(), "model_state": fingerprint(model),
               "data_state": None if data is None else fingerprint(data)}
     run = open_run_dir(run_dir, "graft", inputs, resume=resume)
     with timer("e1"):
@@ -96,9 +96,3 @@ def graft(model: nn.Module | None, data: Dataset | None, settings: GraftSettings
     tables = {"e1": e1, "e2": e2, "e2_arms": e2_arms, "e3": e3, "f3": f3}
     return GraftResult(summary=summary, tables=tables, meta=meta)
 
-
-def _module_fingerprint(model: nn.Module) -> str:
-    """``fingerprint(model)``, with 0-d state (BatchNorm's ``num_batches_tracked``) seen as 1-d, which
-    ``simkit.rundir.fingerprint`` cannot byte-view yet."""
-    state = {k: v.reshape(1) if v.ndim == 0 else v for k, v in model.state_dict().items()}
-    return fingerprint({"module": type(model).__qualname__, "state": state})

@@ -4,7 +4,7 @@ Built-in branches are described by JSON-able specs ``{"kind", "shape", "seed", "
 is the per-sample stream shape) and built deterministically from them, so a graft log can rebuild
 them. Each has ``output_projections()``: the layers a net2net gate zeroes.
 - ``mlp``: pre-norm MLP on the last axis, LayerNorm(d) → Linear(d, 4d) → GELU → Linear(4d, d); (..., d).
-- ``llama``: pre-norm attention + SwiGLU MLP (:class:`simkit.surgery.llama.LlamaBranch`); (b, t, d).
+- ``llama``: pre-norm attention + SwiGLU MLP (:class:`simkit.blocks.LlamaBranch`); (b, t, d).
 - ``conv``: GroupNorm(1, c) → Conv(c, c, 3) → GELU → Conv(c, c, 3), 1-d or 2-d maps; (b, c, L) or (b, c, h, w).
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from simkit.blocks import LlamaBranch
 from simkit.errors import SimkitError
-from simkit.surgery.llama import LlamaBranch
 
 BRANCHES = ("mlp", "llama", "conv")
 

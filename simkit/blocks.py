@@ -1,8 +1,9 @@
-"""The Llama-style residual branch R(x) of the built-in ``llama`` graft branch, in plain torch.
+"""Plain-torch building blocks shared by the model zoo and surgery: RMSNorm, rotary causal
+self-attention, SwiGLU, and the Llama-style residual branch R(x).
 
 Pre-norm attention + SwiGLU MLP with rotary positions and no biases (the exact-surgery paper's block
-branch): a Llama block is x + R(x), a gated graft x + α·R(x). The same modules as the blocks of
-:mod:`simkit.models.llama`, kept here so that surgery depends on nothing but torch and simkit.errors.
+branch): a Llama block of :mod:`simkit.models.llama` is x + R(x), a gated graft of
+:mod:`simkit.surgery` x + α·R(x). Torch only, so surgery can build its branches from it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,266 @@
+"""Shape measures from second moments: orthogonal Procrustes, the CCA family and netrep's shape metric.
+
+Activations ``x (n, p)``, ``y (n, q)``, columns centred (``X̃``, ``Ỹ``). Every measure is a function of
+each side's covariance spectrum ``X̃ᵀX̃ = V diag(λ) Vᵀ`` and of the cross-covariance expressed in the two
+eigenbases, ``T0 = Vᵀ X̃ᵀỸ W`` (:class:`Spectrum`, :func:`pair_values`), so the same code serves the
+one-shot functions below, the streamed feature sums (``X̃ᵀX̃``, ``ỸᵀỸ``, ``X̃ᵀỸ`` accumulated over
+batches) and stored activations (``T0 = EₓᵀE_y`` with ``E = X̃V``, from the ``n × n`` Gram when
+``p > n``).
+
+* ``procrustes``: ``‖X̃ᵀỸ‖_* / (‖X̃‖_F ‖Ỹ‖_F)`` ∈ [0, 1] (nuclear norm; the optimal rotation's fit);
+  ``procrustes_angle``: its arccos ∈ [0, π/2], netrep's angular Procrustes distance (α = 1).
+  Invariant to rotations/reflections and isotropic scaling of either side, not to general linear maps.
+* ``cca``: mean squared canonical correlation ``R²_CCA = ‖Q_XᵀQ_Y‖_F² / min(r_x, r_y)`` ∈ [0, 1]
+  (whitening by ``λ^{-1/2}`` on the numerical rank ``r``, eigenvalues above ``rtol·λ_max``; equals
+  ``/ min(p, q)`` for full-rank data). Invariant to invertible linear maps. ``cca_eps > 0`` adds the ridge
+  ``cca_eps · mean(λ)`` to the covariance before whitening (then self-similarity is slightly below 1).
+* ``svcca`` (Raghu et al. 2017): each side reduced to its top principal components explaining
+  ``svcca_keep`` of the variance, then the mean canonical correlation ``Σρ / min(k_x, k_y)``.
+* ``pwcca`` (Morcos et al. 2018): ``Σ αᵢρᵢ`` with ``αᵢ ∝ Σ_j |⟨hᵢ, x̃_j⟩|``, ``hᵢ`` the unit canonical
+  variates of the side with fewer features (X on ties) and ``x̃_j`` its centred neuron columns. Not
+  symmetric when the widths differ (the weights come from the narrower side).
+* ``shape_metric`` (Williams et al. 2021, netrep ``LinearMetric(alpha, score_method="angular")``): both
+  sides scaled to unit total variance, partially whitened by ``Z = V diag(α + (1−α) λ^{-1/2}) Vᵀ``, then
+  the angular Procrustes distance ``arccos(‖(X̃Zₓ)ᵀ(ỸZ_y)‖_* / (‖X̃Zₓ‖_F ‖ỸZ_y‖_F))`` ∈ [0, π/2].
+  α = 1 is ``procrustes_angle``, α = 0 the angular CCA distance ``arccos(Σρ / √(r_x r_y))``. (netrep mixes
+  α with unscaled eigenvalues; scaling first makes the metric invariant to isotropic scaling for every α.)
+
+Degenerate CCA: when one side's rank (or, for SVCCA, kept components) reaches ``n − 1`` — always the case
+for generic data with ``min(p, q) ≥ n − 1`` — every canonical correlation is 1 whatever the data; ``cca``,
+``svcca``, ``pwcca`` and ``shape_metric`` with α = 0 are then NaN with a warning, unless ``cca_eps > 0``.
+Constant inputs give NaN with a warning, as CKA does.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from simkit.metrics._checks import as_matrix, check_min_n, check_same_n, is_constant, warn_undefined
+from simkit.metrics.settings import MeasureSettings, check_alpha, check_eps, check_keep
+
+SHAPE_MEASURES = ("procrustes", "procrustes_angle", "cca", "svcca", "pwcca", "shape_metric")
+#: the measures that whiten (degenerate when a side's rank reaches n − 1 without a ridge)
+WHITENING = ("cca", "svcca", "pwcca", "shape_metric")
+
+
+def rank_rtol(dtype: torch.dtype, width: int) -> float:
+    """Relative eigenvalue tolerance of the numerical rank: ``max(100, p) · eps(dtype)`` of the products."""
+    return max(100, int(width)) * float(torch.finfo(dtype).eps)
+
+
+@dataclass
+class Spectrum:
+    """One layer's centred covariance spectrum.
+
+    lam: ``(r,)`` float64 eigenvalues, descending, clamped at 0 (all directions, not only the rank);
+    basis: ``(p, r)`` eigenvectors ``V`` (feature form) or ``(n, r)`` ``E = X̃V`` (sample form);
+    loadings: ``(p, r)`` ``X̃ᵀE = V diag(λ)`` (for PWCCA) or None; rank: eigenvalues above
+    ``rtol · λ_max``; width: ``p``.
+    """
+
+    lam: Tensor
+    basis: Tensor
+    loadings: Tensor | None
+    rank: int
+    width: int
+
+    @property
+    def total(self) -> float:
+        """``‖X̃‖_F² = Σ λ``."""
+        return float(self.lam.sum())
+
+
+def _sorted_eigh(c: Tensor) -> tuple[Tensor, Tensor]:
+    lam, vec = torch.linalg.eigh(c)
+    return lam.flip(0).clamp_min(0.0), vec.flip(1)
+
+
+def _rank(lam: Tensor, rtol: float) -> int:
+    top = float(lam[0]) if len(lam) else 0.0
+    return int((lam > rtol * top).sum()) if top > 0 else 0
+
+
+def spectrum_from_cov(c: Tensor, rtol: float, loadings: bool = False) -> Spectrum:
+    """:class:`Spectrum` (feature form) of a centred covariance ``c = X̃ᵀX̃ (p, p)`` float64."""
+    lam, vec = _sorted_eigh(c)
+    return Spectrum(lam, vec, vec * lam if loadings else None, _rank(lam, rtol), c.shape[0])
+
+
+def spectrum_from_samples(xc: Tensor, rtol: float, loadings: bool = False) -> Spectrum:
+    """:class:`Spectrum` (sample form, ``basis = E = X̃V (n, r)``) of centred float64 samples ``xc (n, p)``.
+
+    Through the ``p × p`` covariance when ``p ≤ n``, else the ``n × n`` Gram ``X̃X̃ᵀ = U diag(λ) Uᵀ``
+    (``E = U diag(√λ)``)."""
+    n, p = xc.shape
+    if p <= n:
+        cov = spectrum_from_cov(xc.T @ xc, rtol, loadings)
+        return Spectrum(cov.lam, xc @ cov.basis, cov.loadings, cov.rank, p)
+    lam, u = _sorted_eigh(xc @ xc.T)
+    e = u * lam.sqrt()
+    return Spectrum(lam, e, xc.T @ e if loadings else None, _rank(lam, rtol), p)
+
+
+def svcca_components(s: Spectrum, keep: float) -> int:
+    """Leading principal components explaining at least ``keep`` of the variance (at most the rank)."""
+    if s.rank == 0:
+        return 0
+    share = s.lam.cumsum(0) / s.lam.sum()
+    k = int((share < keep * (1 - 1e-12)).sum()) + 1
+    return max(1, min(k, s.rank))
+
+
+def used_directions(s: Spectrum, measure: str, settings: MeasureSettings) -> int:
+    """How many of the layer's directions the whitening of ``measure`` uses (rank, or SVCCA's k)."""
+    return svcca_components(s, settings.svcca_keep) if measure == "svcca" else s.rank
+
+
+def is_degenerate(s: Spectrum, n: int, measure: str, settings: MeasureSettings) -> bool:
+    """True when ``measure`` is undefined for this layer: it whitens, without a ridge, ``n − 1`` directions
+    or more (every canonical correlation is then 1)."""
+    if measure not in WHITENING or settings.cca_eps > 0:
+        return False
+    if measure == "shape_metric" and settings.shape_alpha > 0:
+        return False
+    return used_directions(s, measure, settings) >= n - 1
+
+
+def _inv_sqrt(s: Spectrum, count: int, eps: float) -> Tensor:
+    """Whitening weights ``(λ + ε)^{-1/2}`` on the first ``count`` directions, ``(count,)``."""
+    ridge = eps * s.total / s.width
+    return (s.lam[:count] + ridge).rsqrt()
+
+
+def _nuclear(t: Tensor) -> float:
+    return float(torch.linalg.svdvals(t).sum()) if t.numel() else 0.0
+
+
+def pair_values(sx: Spectrum, sy: Spectrum, t0: Tensor, measures: Sequence[str],
+                settings: MeasureSettings) -> dict[str, float]:
+    """Every measure of ``measures`` for one pair from the spectra and ``t0 (r_x, r_y) = Vᵀ X̃ᵀỸ W``."""
+    out: dict[str, float] = {}
+    eps = settings.cca_eps
+    if "procrustes" in measures or "procrustes_angle" in measures:
+        score = _nuclear(t0) / math.sqrt(sx.total * sy.total)
+        out["procrustes"] = score
+        out["procrustes_angle"] = math.acos(min(1.0, max(0.0, score)))
+    if "cca" in measures or "pwcca" in measures:
+        rx, ry = sx.rank, sy.rank
+        wx, wy = _inv_sqrt(sx, rx, eps), _inv_sqrt(sy, ry, eps)
+        t = wx[:, None] * t0[:rx, :ry] * wy[None, :]
+        u, rho, vh = torch.linalg.svd(t, full_matrices=False)
+        m = min(rx, ry)
+        out["cca"] = float((rho[:m] ** 2).sum()) / m
+        if "pwcca" in measures:
+            narrow_x = sx.width <= sy.width
+            side, w, dirs = (sx, wx, u[:, :m]) if narrow_x else (sy, wy, vh[:m].T)
+            a = w[:, None] * dirs                         # canonical weights in the eigenbasis (r, m)
+            loadings = side.loadings
+            assert loadings is not None, "pwcca needs spectra built with loadings=True"
+            num = (loadings[:, :a.shape[0]] @ a).abs().sum(0)   # Σ_j |⟨h_i, x̃_j⟩| · ‖h_i‖
+            norm = (side.lam[:a.shape[0], None] * a * a).sum(0).sqrt()
+            alpha = num / norm
+            out["pwcca"] = float((alpha / alpha.sum() * rho[:m]).sum())
+    if "svcca" in measures:
+        kx, ky = svcca_components(sx, settings.svcca_keep), svcca_components(sy, settings.svcca_keep)
+        t = _inv_sqrt(sx, kx, eps)[:, None] * t0[:kx, :ky] * _inv_sqrt(sy, ky, eps)[None, :]
+        out["svcca"] = float(torch.linalg.svdvals(t).sum()) / min(kx, ky)
+    if "shape_metric" in measures:
+        alpha = settings.shape_alpha
+
+        def scale(s: Spectrum) -> Tensor:
+            g = torch.full_like(s.lam, alpha)
+            r = s.rank
+            if alpha < 1:
+                g[:r] += (1 - alpha) * (s.lam[:r] / s.total + eps / s.width).rsqrt()
+            return g / math.sqrt(s.total)
+
+        gx, gy = scale(sx), scale(sy)
+        t = gx[:, None] * t0 * gy[None, :]
+        nx, ny = float((sx.lam * gx * gx).sum()), float((sy.lam * gy * gy).sum())
+        out["shape_metric"] = math.acos(min(1.0, max(0.0, _nuclear(t) / math.sqrt(nx * ny))))
+    return {m: out[m] for m in measures}
+
+
+# ------------------------------------------------------------------------------------ one-shot functions
+
+
+def _centred_pair(x, y, what: str) -> tuple[Tensor, Tensor] | None:
+    """Checked float64 column-centred pair, or None (after a warning) for a constant input."""
+    xt, yt = torch.as_tensor(x), torch.as_tensor(y)
+    if xt.dim() >= 1 and yt.dim() >= 1:
+        check_same_n(xt.shape[0], yt.shape[0])
+    xt, yt = as_matrix(xt, "x"), as_matrix(yt, "y")
+    check_min_n(len(xt), 2, what)
+    for name, t in (("x", xt), ("y", yt)):
+        if is_constant(t):
+            warn_undefined(f"{name} is constant: every example has the same activation", 4, what)
+            return None
+    return xt - xt.mean(0), yt - yt.mean(0)
+
+
+def _one_shot(x, y, measure: str, settings: MeasureSettings) -> float:
+    pair = _centred_pair(x, y, measure)
+    if pair is None:
+        return float("nan")
+    xc, yc = pair
+    n = len(xc)
+    spectra = [spectrum_from_samples(t, rank_rtol(torch.float64, t.shape[1]), loadings=measure == "pwcca")
+               for t in (xc, yc)]
+    for name, s in zip("xy", spectra, strict=True):
+        if is_degenerate(s, n, measure, settings):
+            warnings.warn(degenerate_message(measure, f"`{name}`", s, n, settings), RuntimeWarning, stacklevel=3)
+            return float("nan")
+    sx, sy = spectra
+    return pair_values(sx, sy, sx.basis.T @ sy.basis, [measure], settings)[measure]
+
+
+def degenerate_message(measure: str, layer: str, s: Spectrum, n: int, settings: MeasureSettings) -> str:
+    """The warning for a degenerate whitening measure (``layer`` names the layer)."""
+    used = used_directions(s, measure, settings)
+    return (f"{measure} is undefined for layer {layer}: it has {s.width} features and {used} whitened "
+            f"directions >= n - 1 = {n - 1}, so every canonical correlation is 1; returning NaN. Set "
+            "`cca_eps` > 0 (ridge), use svcca, or use more samples")
+
+
+def procrustes(x, y) -> float:
+    """Orthogonal Procrustes similarity ``‖X̃ᵀỸ‖_* / (‖X̃‖_F ‖Ỹ‖_F)`` ∈ [0, 1] of ``x (n, p)``, ``y (n, q)``."""
+    return _one_shot(x, y, "procrustes", MeasureSettings())
+
+
+def procrustes_angle(x, y) -> float:
+    """Angular Procrustes distance ``arccos(procrustes(x, y))`` ∈ [0, π/2] (netrep, α = 1); 0 for x = y."""
+    return _one_shot(x, y, "procrustes_angle", MeasureSettings())
+
+
+def cca(x, y, cca_eps: float = 0.0) -> float:
+    """Mean squared canonical correlation ``R²_CCA`` ∈ [0, 1] of ``x (n, p)``, ``y (n, q)`` (module docstring).
+
+    ``cca_eps``: ridge relative to each side's mean eigenvalue (0: pseudo-inverse on the numerical rank).
+    NaN + warning when a side's rank reaches ``n − 1`` and ``cca_eps = 0``.
+    """
+    return _one_shot(x, y, "cca", MeasureSettings(cca_eps=check_eps(cca_eps)))
+
+
+def svcca(x, y, svcca_keep: float = 0.99, cca_eps: float = 0.0) -> float:
+    """SVCCA (Raghu et al.): mean canonical correlation of the top principal components explaining
+    ``svcca_keep`` of each side's variance; ``x (n, p)``, ``y (n, q)`` → float in [0, 1]."""
+    return _one_shot(x, y, "svcca", MeasureSettings(svcca_keep=check_keep(svcca_keep), cca_eps=check_eps(cca_eps)))
+
+
+def pwcca(x, y, cca_eps: float = 0.0) -> float:
+    """Projection-weighted CCA (Morcos et al.) of ``x (n, p)``, ``y (n, q)`` → float in [0, 1]; weights from
+    the narrower side (X on ties), so not symmetric for unequal widths."""
+    return _one_shot(x, y, "pwcca", MeasureSettings(cca_eps=check_eps(cca_eps)))
+
+
+def shape_metric(x, y, shape_alpha: float = 0.5, cca_eps: float = 0.0) -> float:
+    """netrep's generalised shape metric (angular, in [0, π/2]) with regularisation ``shape_alpha`` ∈ [0, 1]
+    (0: CCA, 1: Procrustes) of ``x (n, p)``, ``y (n, q)``; 0 for x = y."""
+    return _one_shot(x, y, "shape_metric",
+                     MeasureSettings(shape_alpha=check_alpha(shape_alpha), cca_eps=check_eps(cca_eps)))

@@ -27,6 +27,18 @@ class Mode(str, Enum):
     minibatch = "minibatch"
 
 
+class RsaDistance(str, Enum):
+    correlation = "correlation"
+    euclidean = "euclidean"
+    cosine = "cosine"
+
+
+class RsaCompare(str, Enum):
+    spearman = "spearman"
+    pearson = "pearson"
+    kendall_tau_a = "kendall_tau_a"
+
+
 class Reduce(str, Enum):
     flatten = "flatten"
     mean = "mean"
@@ -48,14 +60,33 @@ def compare_command(
     layers_a: Annotated[str, typer.Option("--layers-a", help="Layers of A: names, globs, type:Class, blocks.")] = "blocks",
     layers_b: Annotated[str, typer.Option("--layers-b", help="Layers of B: names, globs, type:Class, blocks.")] = "blocks",
     metric: Annotated[list[str] | None, typer.Option(
-        "--metric", help="Repeatable, comma lists: linear_cka, unbiased_cka, rbf_cka, mutual_knn.")] = None,
+        "--metric", help="Repeatable, comma lists: linear_cka, unbiased_cka, rbf_cka, mutual_knn, procrustes, "
+        "procrustes_angle, cca, svcca, pwcca, shape_metric, rsa, ridge_r2, jaccard_knn (default: linear_cka, "
+        "unbiased_cka). The measures beyond CKA are always full-data, in either --mode.")] = None,
     mode: Annotated[Mode, typer.Option("--mode", help="exact (full-data value) or minibatch (Nguyen et al.).")] = Mode.minibatch,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Samples per batch.")] = 64,
     reduce: Annotated[Reduce, typer.Option("--reduce", help="How a layer's output becomes a vector per sample.")] = Reduce.flatten,
     null: Annotated[int, typer.Option("--null", help="Permutations for a null distribution (0 = none).")] = 0,
     rbf_factor: Annotated[float, typer.Option(
         "--rbf-factor", help="rbf_cka bandwidth: this factor times the median pairwise distance.")] = 1.0,
-    knn_k: Annotated[int, typer.Option("--knn-k", help="Neighbours per sample for mutual_knn.")] = 10,
+    knn_k: Annotated[int, typer.Option("--knn-k", help="Neighbours per sample for mutual_knn and jaccard_knn.")] = 10,
+    shape_alpha: Annotated[float, typer.Option(
+        "--shape-alpha", help="shape_metric regularisation in [0, 1]: 0 = CCA, 1 = Procrustes (netrep's alpha).")] = 0.5,
+    cca_eps: Annotated[float, typer.Option(
+        "--cca-eps", help="Ridge for cca, svcca, pwcca, shape_metric, relative to the mean covariance eigenvalue; "
+        "0 = none (NaN when a layer has >= n-1 dimensions).")] = 0.0,
+    svcca_keep: Annotated[float, typer.Option(
+        "--svcca-keep", help="svcca: keep the top principal components explaining this fraction of variance.")] = 0.99,
+    ridge_lambda: Annotated[float, typer.Option(
+        "--ridge-lambda", help="ridge_r2 ridge, relative to the mean eigenvalue of A's training covariance "
+        "(0 = least squares).")] = 0.01,
+    ridge_folds: Annotated[int, typer.Option(
+        "--ridge-folds", help="ridge_r2 cross-validation folds (sample i in fold i mod k). ridge_r2 is "
+        "directional: rows (A) predict columns (B).")] = 5,
+    rsa_distance: Annotated[RsaDistance, typer.Option(
+        "--rsa-distance", help="rsa: dissimilarity between two samples' activations.")] = RsaDistance.correlation,
+    rsa_compare: Annotated[RsaCompare, typer.Option(
+        "--rsa-compare", help="rsa: how two RDMs' upper triangles are compared.")] = RsaCompare.spearman,
     pairing: Annotated[str, typer.Option(
         "--pairing", help="Study of caches: which layers to pair (last, or LAYER_A=LAYER_B).")] = "last",
     output_index: Annotated[str | None, typer.Option(
@@ -77,7 +108,9 @@ def compare_command(
     if len(models) < 2:
         raise SimkitError(f"compare needs two models (or two or more caches), got {len(models)}")
     common = dict(metrics=metrics, mode=mode.value, batch_size=batch_size, n=n, null=null, seed=seed,
-                  rbf_factor=rbf_factor, knn_k=knn_k, device=device, progress=True)
+                  rbf_factor=rbf_factor, knn_k=knn_k, device=device, shape_alpha=shape_alpha, cca_eps=cca_eps,
+                  svcca_keep=svcca_keep, ridge_lambda=ridge_lambda, ridge_folds=ridge_folds,
+                  rsa_distance=rsa_distance.value, rsa_compare=rsa_compare.value, progress=True)
     if caches:
         result: CompareResult | StudyResult
         if len(caches) == 2:

@@ -220,7 +220,7 @@ def select_output(output: Any, output_index: int | str | None = None, layer: str
                               f"from its {type(output).__name__} output; choose a valid index or key") from None
     if not isinstance(picked, Tensor):
         raise SimkitError(f"layer {layer!r} outputs {type(picked).__name__}, not a tensor; choose another "
-                          "layer or an --output-index")
+                          "layer or an `output_index`")
     return picked
 
 
@@ -411,7 +411,7 @@ class record_layers:  # noqa: N801  (used as a context manager: `with record_lay
                     if self._checked and name not in self.mutated:
                         raise SimkitError(f"layer {name!r}: the model changed this output in place after "
                                           "it was captured, only on some batches; capture another layer or "
-                                          "use --reduce mean (which copies)")
+                                          "use `reduce` mean (which copies)")
                     self.mutated.add(name)
                 self.dims[name] = int(value.shape[1])
                 out[name] = value

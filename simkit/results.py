@@ -212,7 +212,7 @@ def load(run_dir: str | Path) -> RunResult:
     path = run_dir / "result.json"
     if not path.is_file():
         raise SimkitError(f"{run_dir} is not a simkit run directory (no result.json); "
-                          "pass the --out directory of a simkit command")
+                          "pass a run directory written by a simkit command or simkit.save_run")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:

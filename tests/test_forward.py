@@ -16,7 +16,7 @@ runner = CliRunner()
 
 
 def test_check_accepts_names_the_input_shape():
-    with pytest.raises(SimkitError, match=r"model A failed on inputs of shape \(2, 3\): .*--data"):
+    with pytest.raises(SimkitError, match=r"model A failed on inputs of shape \(2, 3\): .*`data`"):
         check_accepts(nn.Linear(5, 2), torch.zeros(2, 3), "model A")
     check_accepts(nn.Linear(5, 2), torch.zeros(2, 5), "model A")
 

@@ -51,7 +51,9 @@ def compare(model_a: nn.Module, model_b: nn.Module, data: Any, *,
             metrics: Sequence[str] = DEFAULT_METRICS, mode: str = "minibatch", batch_size: int = 64,
             n: int | None = None, reduce: str = "auto", null: int = 0, seed: int = 0,
             device: str | torch.device = "cpu", output_index: Any = None, rbf_factor: float = 1.0,
-            knn_k: int = 10, memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET, progress: bool = True,
+            knn_k: int = 10, memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET, shape_alpha: float = 0.5,
+            cca_eps: float = 0.0, svcca_keep: float = 0.99, ridge_lambda: float = 1e-2, ridge_folds: int = 5,
+            rsa_distance: str = "correlation", rsa_compare: str = "spearman", progress: bool = True,
             names: tuple[str, str] = ("model_a", "model_b"), data_name: str | None = None,
             seeds: Mapping[str, int] | None = None) -> CompareResult:
     """Compare every chosen layer of ``model_a`` with every chosen layer of ``model_b``.
@@ -60,7 +62,8 @@ def compare(model_a: nn.Module, model_b: nn.Module, data: Any, *,
     data: Tensor (N, ...), dict of tensors, ``simkit.data.Dataset`` or an iterable of batches (load spec
     strings with ``simkit.data.load_data``).
     layers_*: names, globs, ``type:Class`` and presets (``blocks``), as a list or a comma string.
-    seed: the permutation null's seed. Runtime only (recorded, no effect on the numbers): ``names`` of the
+    seed: the permutation null's seed. shape_alpha ... rsa_compare: settings of the measures beyond CKA
+    (``simkit.metrics.settings.MeasureSettings``). Runtime only (recorded, no effect on the numbers): ``names`` of the
     models, ``data_name`` (default: a Dataset's spec), ``seeds`` the caller made the models and data with
     (``meta.seeds``).
     The models are moved to ``device`` (and stay there); their train/eval flags are restored and no
@@ -71,7 +74,9 @@ def compare(model_a: nn.Module, model_b: nn.Module, data: Any, *,
     data = check_data(data)
     options = engine_options(metrics=metrics, mode=mode, batch_size=batch_size, n=n, null=null, seed=seed,
                              rbf_factor=rbf_factor, knn_k=knn_k, memory_budget_bytes=memory_budget_bytes,
-                             device=device)
+                             device=device, shape_alpha=shape_alpha, cca_eps=cca_eps,
+                             svcca_keep=svcca_keep, ridge_lambda=ridge_lambda, ridge_folds=ridge_folds,
+                             rsa_distance=rsa_distance, rsa_compare=rsa_compare)
     chosen_a = resolve_layers(model_a, layers_a)
     chosen_b = resolve_layers(model_b, layers_b)
     model_a.to(options.device)
@@ -119,12 +124,16 @@ def compare_caches(path_a: str | Path, path_b: str | Path, *, layers_a: str | Se
                    mode: str = "minibatch", batch_size: int = 64, n: int | None = None, null: int = 0,
                    seed: int = 0, rbf_factor: float = 1.0, knn_k: int = 10,
                    memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET, device: str | torch.device = "cpu",
-                   progress: bool = True) -> CompareResult:
+                   shape_alpha: float = 0.5, cca_eps: float = 0.0, svcca_keep: float = 0.99,
+                   ridge_lambda: float = 1e-2, ridge_folds: int = 5, rsa_distance: str = "correlation",
+                   rsa_compare: str = "spearman", progress: bool = True) -> CompareResult:
     """Compare two activation caches (written by ``simkit.engine.capture``) as ``compare`` compares two
     models; the metrics run on ``device``. The names, data and seeds recorded come from the manifests."""
     options = engine_options(metrics=metrics, mode=mode, batch_size=batch_size, n=n, null=null, seed=seed,
                              rbf_factor=rbf_factor, knn_k=knn_k, memory_budget_bytes=memory_budget_bytes,
-                             device=device)
+                             device=device, shape_alpha=shape_alpha, cca_eps=cca_eps,
+                             svcca_keep=svcca_keep, ridge_lambda=ridge_lambda, ridge_folds=ridge_folds,
+                             rsa_distance=rsa_distance, rsa_compare=rsa_compare)
     paths = [path_a, path_b]
     manifests = [read_manifest(path_a), read_manifest(path_b)]
     check_same_samples(manifests, paths)

@@ -86,7 +86,8 @@ def measure(activations: Iterable[Activations], options: EngineOptions, *, names
             dims_a = [int(a.shape[1]) for a in acts_a]
             dims_b = [int(b.shape[1]) for b in acts_b]
             accumulator = build(dims_a, dims_b)
-        accumulator.update(acts_a, acts_b, batch_index=index)
+        # global batches hold batch_size rows (all but the last), so the batch's first sample is index·batch_size
+        accumulator.update(acts_a, acts_b, batch_index=index, row_offset=index * options.batch_size)
         rows += int(acts_a[0].shape[0])
     if distributed.is_distributed():
         widths = distributed.all_gather_objects((dims_a, dims_b) if accumulator is not None else None)

@@ -19,6 +19,7 @@ import torch
 from simkit.engine.batches import check_batch_size
 from simkit.errors import SimkitError, unknown_name_error
 from simkit.forward import resolve_device
+from simkit.metrics.settings import MeasureSettings, measure_settings
 from simkit.metrics.streaming import METRICS, MODES
 
 DEFAULT_METRICS = ("linear_cka", "unbiased_cka")
@@ -58,22 +59,27 @@ class EngineOptions:
     knn_k: int
     memory_budget_bytes: int
     device: torch.device
+    measures: MeasureSettings = MeasureSettings()
 
     def accumulator_options(self) -> dict[str, Any]:
         """Keyword arguments of ``simkit.metrics.streaming.make_accumulator`` besides metrics and mode."""
         return {"null": self.null, "seed": self.seed, "rbf_factor": self.rbf_factor, "knn_k": self.knn_k,
-                "memory_budget_bytes": self.memory_budget_bytes}
+                "memory_budget_bytes": self.memory_budget_bytes, **self.measures.as_dict()}
 
     def settings(self) -> dict[str, Any]:
-        """Every option, JSON-ready, for ``meta.settings``."""
+        """Every option, JSON-ready, for ``meta.settings``; the settings of the measures beyond CKA
+        (``shape_alpha``, ``cca_eps``, ...) when a measure they change is chosen."""
         return {"metrics": list(self.metrics), "mode": self.mode, "batch_size": self.batch_size, "n": self.n,
                 "null": self.null, "seed": self.seed, "rbf_factor": self.rbf_factor, "knn_k": self.knn_k,
-                "memory_budget_bytes": self.memory_budget_bytes, "device": str(self.device)}
+                "memory_budget_bytes": self.memory_budget_bytes, "device": str(self.device),
+                **self.measures.used(self.metrics)}
 
 
 def engine_options(*, metrics: Sequence[str], mode: str, batch_size: int, n: int | None, null: int, seed: int,
                    rbf_factor: float, knn_k: int, memory_budget_bytes: int,
-                   device: str | torch.device) -> EngineOptions:
+                   device: str | torch.device, shape_alpha: float = 0.5, cca_eps: float = 0.0,
+                   svcca_keep: float = 0.99, ridge_lambda: float = 1e-2, ridge_folds: int = 5,
+                   rsa_distance: str = "correlation", rsa_compare: str = "spearman") -> EngineOptions:
     """Check every shared option (the device last: it may probe CUDA) and return them as one object."""
     chosen = check_metrics(metrics)
     if mode not in MODES:
@@ -92,5 +98,8 @@ def engine_options(*, metrics: Sequence[str], mode: str, batch_size: int, n: int
         raise SimkitError(f"`knn_k` must be a positive integer, got {knn_k!r}; the default is 10")
     if not _is_int(memory_budget_bytes) or memory_budget_bytes < 1:
         raise SimkitError(f"`memory_budget_bytes` must be a positive integer, got {memory_budget_bytes!r}")
+    measures = measure_settings(shape_alpha=shape_alpha, cca_eps=cca_eps, svcca_keep=svcca_keep,
+                                ridge_lambda=ridge_lambda, ridge_folds=ridge_folds, rsa_distance=rsa_distance,
+                                rsa_compare=rsa_compare)
     return EngineOptions(chosen, mode, int(batch_size), None if n is None else int(n), int(null), int(seed),
-                         float(rbf_factor), int(knn_k), int(memory_budget_bytes), resolve_device(device))
+                         float(rbf_factor), int(knn_k), int(memory_budget_bytes), resolve_device(device), measures)

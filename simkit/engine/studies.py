@@ -46,12 +46,17 @@ def model_labels(paths: Sequence[str | Path]) -> list[str]:
 def study(paths: Sequence[str | Path], *, pairing: str = "last", metrics: Sequence[str] = DEFAULT_METRICS,
           mode: str = "minibatch", batch_size: int = 64, n: int | None = None, null: int = 0, seed: int = 0,
           rbf_factor: float = 1.0, knn_k: int = 10, memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
-          device: str | torch.device = "cpu", progress: bool = True) -> StudyResult:
+          device: str | torch.device = "cpu", shape_alpha: float = 0.5, cca_eps: float = 0.0,
+          svcca_keep: float = 0.99, ridge_lambda: float = 1e-2, ridge_folds: int = 5,
+          rsa_distance: str = "correlation", rsa_compare: str = "spearman", progress: bool = True) -> StudyResult:
     """Compare every pair of cached models (caches written by ``simkit.engine.capture``) at one layer
-    each; the metrics run on ``device``. Returns a StudyResult (``.matrix(metric)`` is M × M)."""
+    each; the metrics run on ``device``. Returns a StudyResult (``.matrix(metric)`` is M × M; for the
+    directional ``ridge_r2`` row models predict column models)."""
     options = engine_options(metrics=metrics, mode=mode, batch_size=batch_size, n=n, null=null, seed=seed,
                              rbf_factor=rbf_factor, knn_k=knn_k, memory_budget_bytes=memory_budget_bytes,
-                             device=device)
+                             device=device, shape_alpha=shape_alpha, cca_eps=cca_eps,
+                             svcca_keep=svcca_keep, ridge_lambda=ridge_lambda, ridge_folds=ridge_folds,
+                             rsa_distance=rsa_distance, rsa_compare=rsa_compare)
     if isinstance(paths, str | Path) or len(paths) < 2:
         raise SimkitError("a study needs at least two caches in `paths`")
     manifests = [read_manifest(p) for p in paths]

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from simkit.data import Dataset
 from simkit.errors import SimkitError
+from simkit.forward import check_accepts, eval_mode
 from simkit.grafting.settings import BUILTIN_SEQUENCES, GraftSettings
 from simkit.io import save_torch
 from simkit.models.llama import TinyLlama
@@ -110,8 +111,11 @@ def make_task(settings: GraftSettings, model: nn.Module, data: Dataset | None, *
         raise SimkitError("simkit graft on a user's model takes tensor inputs, not tokenised text; use npy:/pt: data")
     x = data.inputs[:limit]
     probe = x[:64]
-    with torch.no_grad():
-        out = make_model()(x[:2])
+    first = make_model()
+    with eval_mode(first):
+        check_accepts(first, x[:2], "the model")
+        with torch.no_grad():
+            out = first(x[:2])
     if not isinstance(out, Tensor):
         raise SimkitError(f"the model returned a {type(out).__name__}; simkit graft trains models that return "
                           "one tensor")

@@ -1,4 +1,5 @@
-"""Exact k-nearest neighbours in chunks, and the mutual k-NN alignment score (spec §0.4).
+"""Exact k-nearest neighbours in chunks, the mutual k-NN alignment score (spec §0.4) and the Jaccard
+k-NN overlap (ReSi).
 
 Neighbours are ranked by inner product, the point itself excluded. Rows are processed ``chunk`` at a
 time, so memory beyond the input is ``O(n·k + chunk·n)`` — never an ``n × n`` matrix — and time is
@@ -114,6 +115,22 @@ def clamp_normalize(x: Tensor, q: float = 0.95) -> Tensor:
     return F.normalize(x.clamp(-bound, bound), dim=1)
 
 
+def _neighbour_sets(x, y, k: int, chunk: int | None, dtype: torch.dtype, metric: str) -> tuple[Tensor, Tensor] | None:
+    """Both inputs' k-NN index sets ``(n, k)`` after :func:`clamp_normalize`; None (after a warning) when an
+    input is constant (every neighbour would be a tie)."""
+    xt, yt = torch.as_tensor(x), torch.as_tensor(y)
+    if xt.dim() >= 1 and yt.dim() >= 1:
+        check_same_n(xt.shape[0], yt.shape[0])
+    xt = as_matrix(xt, "x", dtype)
+    yt = as_matrix(yt, "y", dtype)
+    check_k(k, len(xt))
+    for name, t in (("x", xt), ("y", yt)):
+        if is_constant(t):  # every neighbour would be a tie: the score would reflect only the tie rule
+            warn_undefined(f"{name} is constant: every example has the same activation", 4, metric)
+            return None
+    return knn_indices(clamp_normalize(xt), k, chunk), knn_indices(clamp_normalize(yt), k, chunk)
+
+
 def mutual_knn(x, y, k: int = 10, chunk: int | None = None, dtype: torch.dtype = torch.float64) -> float:
     """Mutual k-NN alignment (Huh et al. 2024) of ``x (n, p)`` and ``y (n, q)``: a float in [0, 1].
 
@@ -123,16 +140,21 @@ def mutual_knn(x, y, k: int = 10, chunk: int | None = None, dtype: torch.dtype =
     Not differentiable: a metric only (see ``losses.soft_mutual_knn`` for a smooth relative). A
     constant input (all neighbours tied) gives NaN and a warning, like CKA.
     """
-    xt, yt = torch.as_tensor(x), torch.as_tensor(y)
-    if xt.dim() >= 1 and yt.dim() >= 1:
-        check_same_n(xt.shape[0], yt.shape[0])
-    xt = as_matrix(xt, "x", dtype)
-    yt = as_matrix(yt, "y", dtype)
-    check_k(k, len(xt))
-    for name, t in (("x", xt), ("y", yt)):
-        if is_constant(t):  # every neighbour would be a tie: the score would reflect only the tie rule
-            warn_undefined(f"{name} is constant: every example has the same activation", 3, "mutual k-NN")
-            return float("nan")
-    a = knn_indices(clamp_normalize(xt), k, chunk)
-    b = knn_indices(clamp_normalize(yt), k, chunk)
-    return float(knn_overlap(a, b).double().mean() / k)
+    sets = _neighbour_sets(x, y, k, chunk, dtype, "mutual k-NN")
+    if sets is None:
+        return float("nan")
+    return float(knn_overlap(*sets).double().mean() / k)
+
+
+def jaccard_knn(x, y, k: int = 10, chunk: int | None = None, dtype: torch.dtype = torch.float64) -> float:
+    """Jaccard k-NN overlap (ReSi, Klabunde et al. 2023) of ``x (n, p)`` and ``y (n, q)``: a float in [0, 1].
+
+    ``mean_i |N_k^x(i) ∩ N_k^y(i)| / |N_k^x(i) ∪ N_k^y(i)|``, i.e. ``c_i / (2k − c_i)`` with ``c_i`` the shared
+    neighbours; the same neighbour sets as :func:`mutual_knn` (:func:`clamp_normalize`, inner product, self
+    excluded, :func:`knn_indices`). 1 for identical neighbourhoods. NaN and a warning for a constant input.
+    """
+    sets = _neighbour_sets(x, y, k, chunk, dtype, "jaccard k-NN")
+    if sets is None:
+        return float("nan")
+    c = knn_overlap(*sets).double()
+    return float((c / (2 * k - c)).mean())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -16,6 +17,10 @@ from simkit.errors import SimkitError
 
 RSA_DISTANCES = ("correlation", "euclidean", "cosine")
 RSA_COMPARES = ("spearman", "pearson", "kendall_tau_a")
+#: which measures each setting changes (a setting is recorded only when one of them is chosen)
+USED_BY = {"shape_alpha": ("shape_metric",), "cca_eps": ("cca", "svcca", "pwcca", "shape_metric"),
+           "svcca_keep": ("svcca",), "ridge_lambda": ("ridge_r2",), "ridge_folds": ("ridge_r2",),
+           "rsa_distance": ("rsa",), "rsa_compare": ("rsa",)}
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,10 @@ class MeasureSettings:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def used(self, metrics: Sequence[str]) -> dict[str, Any]:
+        """The settings that change the values of ``metrics`` (:data:`USED_BY`), by name."""
+        return {k: v for k, v in asdict(self).items() if any(m in metrics for m in USED_BY[k])}
 
 
 def _real(value: Any) -> bool:

@@ -14,7 +14,22 @@ import pandas as pd
 from simkit.report.figures import heatmap_svg, html_table, line_plot
 
 # Metrics whose values live in [0, 1]: their heatmaps share that colour range (widened if needed).
-_UNIT_METRICS = {"linear_cka", "unbiased_cka", "rbf_cka", "mutual_knn"}
+_UNIT_METRICS = {"linear_cka", "unbiased_cka", "rbf_cka", "mutual_knn", "procrustes", "cca", "svcca", "pwcca",
+                 "jaccard_knn"}
+# Angular distances in [0, π/2]: lower is more similar (best match = minimum; the null's p95 is no threshold).
+_DISTANCE_METRICS = {"procrustes_angle", "shape_metric"}
+_NOTES = {
+    "ridge_r2": "ridge_r2 is directional: each row (a layer of A) predicts a column (a layer of B) by "
+                "cross-validated ridge regression, so the matrix is not symmetric; swap the models for the "
+                "other direction. 1 is a perfect prediction, 0 no better than the mean, negative worse.",
+    "pwcca": "pwcca weights the canonical correlations by the narrower layer of each pair, so it is not "
+             "symmetric when the widths differ.",
+    "procrustes_angle": "procrustes_angle is an angular distance in [0, π/2]: 0 is identical up to rotation "
+                        "and scale; best matches are the smallest values.",
+    "shape_metric": "shape_metric is netrep's angular shape distance in [0, π/2] (lower is more similar); "
+                    "best matches are the smallest values.",
+    "rsa": "rsa compares the layers' dissimilarity matrices over all samples; its value is in [-1, 1].",
+}
 
 _SUMMARY_LABELS = {
     "model_a": "model A", "model_b": "model B", "data": "data", "n": "samples (n)", "mode": "mode",
@@ -43,6 +58,9 @@ def _text(value: Any) -> str:
 
 def colour_range(metric: str, values: np.ndarray) -> tuple[float | None, float | None]:
     """[0, 1] for bounded metrics (stretched to include any value outside it); data range otherwise."""
+    if metric in _DISTANCE_METRICS:
+        finite = values[np.isfinite(values)]
+        return 0.0, max(float(np.pi / 2), float(finite.max()) if finite.size else 0.0)
     if metric not in _UNIT_METRICS:
         return None, None
     finite = values[np.isfinite(values)]
@@ -60,7 +78,8 @@ def null_matrix(result, metric: str, column: str) -> pd.DataFrame | None:
 
 
 def best_matches(matrices: dict[str, pd.DataFrame], nulls: dict[str, pd.DataFrame | None]) -> list[dict]:
-    """For each layer of A: per metric the layer of B with the highest value (NaNs ignored).
+    """For each layer of A: per metric the layer of B with the highest value (NaNs ignored; the lowest for
+    the angular distances, whose null p95 is not a threshold and is not shown as one).
 
     Returns rows ``{"layer_a": str, "cells": [{"layer_b", "value", "null_p95", "above_null"}, ...]}``
     with one cell per metric, in the order of ``matrices``.
@@ -74,8 +93,9 @@ def best_matches(matrices: dict[str, pd.DataFrame], nulls: dict[str, pd.DataFram
             if not np.isfinite(row).any():
                 cells.append({"layer_b": "n/a", "value": float("nan"), "null_p95": None, "above_null": None})
                 continue
-            j = int(np.nanargmax(row))
-            null = nulls.get(metric)
+            distance = metric in _DISTANCE_METRICS
+            j = int(np.nanargmin(row) if distance else np.nanargmax(row))
+            null = None if distance else nulls.get(metric)
             p95 = float(null.iloc[i, j]) if null is not None else None
             above = None if p95 is None or p95 != p95 else bool(row[j] > p95)
             cells.append({"layer_b": str(frame.columns[j]), "value": float(row[j]), "null_p95": p95,
@@ -136,6 +156,8 @@ def context(result) -> dict[str, Any]:
         matrices[metric] = frame
         null = nulls[metric] = null_matrix(result, metric, "null_p95")
         null_means[metric] = null_matrix(result, metric, "null_mean")
+        if metric in _DISTANCE_METRICS:  # a distance is significant below its null, not above p95
+            null = None
         vmin, vmax = colour_range(metric, frame.to_numpy(dtype=float, na_value=np.nan))
         heatmaps.append({
             "metric": metric,
@@ -151,6 +173,7 @@ def context(result) -> dict[str, Any]:
         "model_a": model_a,
         "model_b": model_b,
         "metrics": metrics,
+        "notes": [_NOTES[m] for m in metrics if m in _NOTES],
         "heatmaps": heatmaps,
         "best": best,
         "best_plot": best_match_plot(best, metrics, null_means, nulls) if best else None,

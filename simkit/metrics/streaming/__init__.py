@@ -55,6 +55,25 @@ rule in :mod:`simkit.metrics._checks` (:func:`~simkit.metrics._checks.constant_c
   k nearest neighbours computed once (``simkit.metrics.knn``, Huh et al. preprocessing), every pair's
   score from the neighbour sets. Always computed on all the data, also in minibatch mode.
 
+* ``procrustes``, ``procrustes_angle``, ``cca``, ``svcca``, ``pwcca``, ``shape_metric`` (both modes; always
+  exact, on all samples) — path ``"features"`` when the feature-space sums fit ``memory_budget_bytes``
+  and no null is asked for: they need only the centred self blocks ``X̃ᵀX̃``, ``ỸᵀỸ`` and the cross sum
+  ``X̃ᵀỸ`` that exact CKA streams, so with exact CKA they share its one product per batch. At the end each
+  layer's covariance is eigendecomposed once and every pair costs two products and one SVD of
+  ``p_i × q_j`` (:mod:`simkit.metrics.streaming.shapes`, :mod:`simkit.metrics.shape`). Otherwise path
+  ``"stored-cov"``: each layer's spectrum from its stored samples (``n × min(n, p)`` float64 per layer,
+  via the ``n × n`` Gram when ``p > n``), the null permuting B's rows of those bases.
+* ``ridge_r2`` (both modes, exact) — path ``"folds"``: per-fold moments streamed (sample ``g`` in fold
+  ``g mod ridge_folds``, ``g`` its global position, from ``row_offset``), about ``8·k·(P·Q + Σp_i²)`` bytes
+  (:func:`~simkit.metrics.streaming.folds.fold_path_bytes`); beyond the budget or with a null, path
+  ``"stored-folds"`` (the same moments from stored samples, one A layer at a time). Directional: A's
+  layers (rows) predict B's (columns).
+* ``rsa`` (both modes) — path ``"stored-rdm"``: one RDM upper triangle per layer from the stored
+  samples, in row blocks; ``n`` is limited to what ``memory_budget_bytes`` allows
+  (:func:`simkit.metrics.rsa.rsa_max_n`, in ``describe()["rsa"]["max_n"]``), above it a
+  :class:`SimkitError` says the limit.
+* ``jaccard_knn`` — path ``"stored-knn"`` with ``mutual_knn`` (the neighbour sets are searched once for both).
+
 Permutation null (``null=K > 0``): the metric recomputed with B's samples shuffled K times, reported
 as ``null`` (K, La, Lb), ``null_mean`` and ``null_p95`` (95th percentile, linear interpolation).
 Minibatch mode permutes B's centred Grams within each batch (centring commutes with permutations), with
@@ -99,15 +118,21 @@ import torch
 from torch import Tensor
 
 from simkit.errors import SimkitError, unknown_name_error
+from simkit.metrics.settings import MeasureSettings, measure_settings
+from simkit.metrics.shape import SHAPE_MEASURES
 from simkit.metrics.streaming.common import KINDS, Names, Part, Values, check_batch
 from simkit.metrics.streaming.features import FeaturePart, feature_path_bytes
+from simkit.metrics.streaming.folds import FoldPart, fold_path_bytes
 from simkit.metrics.streaming.minibatch import MinibatchPart
 from simkit.metrics.streaming.stored import StoredPart
 
-__all__ = ["KINDS", "METRICS", "MODES", "Accumulator", "feature_path_bytes", "make_accumulator"]
+__all__ = ["KINDS", "METRICS", "MODES", "Accumulator", "feature_path_bytes", "fold_path_bytes", "make_accumulator"]
 
-METRICS = ("linear_cka", "unbiased_cka", "rbf_cka", "mutual_knn")
+METRICS = ("linear_cka", "unbiased_cka", "rbf_cka", "mutual_knn", *SHAPE_MEASURES, "rsa", "ridge_r2",
+           "jaccard_knn")
 MODES = ("exact", "minibatch")
+#: measures whose matrix is not symmetric in (A, B) even for the same layers on both sides
+DIRECTIONAL = ("ridge_r2", "pwcca")
 
 
 class Accumulator:
@@ -116,6 +141,7 @@ class Accumulator:
     def __init__(self, parts: Sequence[Part], metrics: list[str], dims_a: list[int], dims_b: list[int]):
         self.parts, self.metrics, self.dims_a, self.dims_b = list(parts), metrics, dims_a, dims_b
         self.calls = 0
+        self.rows = 0
 
     @property
     def needs_gather(self) -> bool:
@@ -123,24 +149,27 @@ class Accumulator:
         return any(p.needs_gather for p in self.parts)
 
     def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], batch_index: int | None = None,
-               ) -> None:
+               row_offset: int | None = None) -> None:
         """Add one batch: ``acts_a`` L_a tensors ``(b, p_i)``, ``acts_b`` L_b tensors ``(b, q_j)``, same rows.
 
         ``batch_index``: the batch's global position (seeds the minibatch null, orders stored samples).
         Default: the number of earlier calls (the position in one process; under torchrun the caller
-        passes the global index).
+        passes the global index). ``row_offset``: the global position of the batch's first sample (the
+        folds of ``ridge_r2``); default: the rows of earlier calls (right in one process, in order).
         """
         b = check_batch(acts_a, acts_b, self.dims_a, self.dims_b)
         if batch_index is None:
             batch_index = self.calls
+        offset = self.rows if row_offset is None else int(row_offset)
         self.calls += 1
+        self.rows += b
         for part in self.parts:
-            part.update(acts_a, acts_b, b, int(batch_index))
+            part.update(acts_a, acts_b, b, int(batch_index), offset)
 
     def to(self, device: torch.device | str) -> Accumulator:
         """Move the sums to ``device`` (e.g. an accumulator that saw no batch, before an NCCL all_reduce)."""
         for part in self.parts:
-            if isinstance(part, MinibatchPart | FeaturePart):
+            if isinstance(part, MinibatchPart | FeaturePart | FoldPart):
                 part.s.to(torch.device(device))
         return self
 
@@ -149,14 +178,19 @@ class Accumulator:
         return [t for part in self.parts for t in part.state()]
 
     def shifts(self) -> list[Tensor]:
-        """The reference shifts (float64 tensors) of the exact feature path's sums; ``[]`` without one."""
-        return [t for part in self.parts if isinstance(part, FeaturePart) for t in part.shifts()]
+        """The reference shifts (float64 tensors) of the feature and fold paths' sums (two per such part, in
+        part order); ``[]`` without one."""
+        return [t for part in self.parts if isinstance(part, FeaturePart | FoldPart) for t in part.shifts()]
 
     def rebase(self, shifts: Sequence[Tensor]) -> None:
-        """Re-reference the feature path's sums to ``shifts`` (as returned by :meth:`shifts`, e.g. rank 0's)."""
-        for part in self.parts:
-            if isinstance(part, FeaturePart):
-                part.rebase(shifts)
+        """Re-reference the feature and fold paths' sums to ``shifts`` (as returned by :meth:`shifts`, e.g.
+        rank 0's)."""
+        shifted = [part for part in self.parts if isinstance(part, FeaturePart | FoldPart)]
+        if len(shifts) != 2 * len(shifted):
+            raise SimkitError(f"`shifts` must be shifts() of an accumulator built with the same arguments "
+                              f"({2 * len(shifted)} tensors), got {len(shifts)}")
+        for k, part in enumerate(shifted):
+            part.rebase(shifts[2 * k:2 * k + 2])
 
     def stored_payload(self) -> object:
         """This process's stored samples (picklable, tensors on the CPU, with their global batch indices),
@@ -175,9 +209,12 @@ class Accumulator:
             part.load([p[k] for p in lists], device)
 
     def merge(self, other: Accumulator) -> Accumulator:
-        """Fold in ``other`` (built with the same arguments, fed other batches): sums add, stores append."""
+        """Fold in ``other`` (built with the same arguments, fed other batches): sums add, stores append.
+
+        With ``ridge_r2`` the batches of both must have been given their global ``row_offset``."""
         for mine, theirs in zip(self.parts, other.parts, strict=True):
             mine.merge(theirs)
+        self.rows += other.rows
         return self
 
     def compute(self) -> Values:
@@ -199,12 +236,16 @@ def make_accumulator(metrics: Sequence[str], mode: str, dims_a: Sequence[int], d
                      null: int = 0, seed: int = 0, rbf_factor: float = 1.0, knn_k: int = 10,
                      memory_budget_bytes: int = 2**30, max_stored_n: int = 50_000,
                      names_a: Sequence[str] | None = None, names_b: Sequence[str] | None = None,
-                     ) -> Accumulator:
+                     shape_alpha: float = 0.5, cca_eps: float = 0.0, svcca_keep: float = 0.99,
+                     ridge_lambda: float = 1e-2, ridge_folds: int = 5, rsa_distance: str = "correlation",
+                     rsa_compare: str = "spearman") -> Accumulator:
     """An accumulator of ``metrics`` for layers of widths ``dims_a`` (model A) × ``dims_b`` (model B).
 
-    mode: ``"exact"`` (full-data values) or ``"minibatch"`` (Nguyen et al.'s averaged HSIC streams).
-    null: K permutations of B's samples for a null distribution (0: none). names_*: layer names used in
-    warnings and errors (default ``A[i]``, ``B[j]``). Paths and their memory: module docstring.
+    mode: ``"exact"`` (full-data values) or ``"minibatch"`` (Nguyen et al.'s averaged HSIC streams; the
+    measures other than CKA are always full-data). null: K permutations of B's samples for a null
+    distribution (0: none). names_*: layer names used in warnings and errors (default ``A[i]``, ``B[j]``).
+    shape_alpha ... rsa_compare: the settings of the other measures (:class:`~simkit.metrics.settings.
+    MeasureSettings`). Paths and their memory: module docstring.
     """
     metrics = list(dict.fromkeys(metrics))
     for m in metrics:
@@ -223,28 +264,54 @@ def make_accumulator(metrics: Sequence[str], mode: str, dims_a: Sequence[int], d
         raise SimkitError(f"`rbf_factor` must be a positive number, got {rbf_factor!r}")
     if int(knn_k) != knn_k or knn_k < 1:
         raise SimkitError(f"`knn_k` must be a positive integer, got {knn_k!r}; the default is 10")
-    names = Names(names_a, names_b, len(dims_a), len(dims_b))
-    cka = [m for m in metrics if m != "mutual_knn"]
+    settings = measure_settings(shape_alpha=shape_alpha, cca_eps=cca_eps, svcca_keep=svcca_keep,
+                                ridge_lambda=ridge_lambda, ridge_folds=ridge_folds, rsa_distance=rsa_distance,
+                                rsa_compare=rsa_compare)
+    return _build(metrics, mode, dims_a, dims_b, int(null), seed, float(rbf_factor), int(knn_k),
+                  int(memory_budget_bytes), int(max_stored_n), Names(names_a, names_b, len(dims_a), len(dims_b)),
+                  settings)
+
+
+def _build(metrics: list[str], mode: str, dims_a: list[int], dims_b: list[int], null: int, seed: int,
+           rbf_factor: float, knn_k: int, budget: int, max_stored_n: int, names: Names,
+           settings: MeasureSettings) -> Accumulator:
+    """The parts of an accumulator (which path each metric takes, module docstring)."""
+    cka = [m for m in metrics if m in KINDS]
     stored = [m for m in metrics if m == "mutual_knn"]
     reasons = {"mutual_knn": "k-NN needs all samples"}
     parts: list[Part] = []
+    feature_bytes = feature_path_bytes(dims_a, dims_b)
+    fits = feature_bytes <= budget
     if mode == "minibatch" and cka:
-        parts.append(MinibatchPart(cka, dims_a, dims_b, int(null), seed, float(rbf_factor), names))
-    elif mode == "exact":
-        linear = [m for m in cka if m != "rbf_cka"]
-        fits = feature_path_bytes(dims_a, dims_b) <= memory_budget_bytes
-        if linear and fits and not null:
-            parts.append(FeaturePart(linear, dims_a, dims_b, names))
+        parts.append(MinibatchPart(cka, dims_a, dims_b, null, seed, rbf_factor, names))
+    linear = [m for m in cka if m != "rbf_cka"] if mode == "exact" else []
+    shapes = [m for m in metrics if m in SHAPE_MEASURES]
+    streamed = linear + shapes
+    why = ("a permutation null needs stored activations" if null else
+           f"the feature-space sums need {feature_bytes} bytes > memory_budget_bytes={budget}")
+    if streamed and fits and not null:
+        parts.append(FeaturePart(streamed, dims_a, dims_b, names, settings, mode))
+    elif streamed:
+        reasons.update({m: why for m in streamed})
+        stored = linear + stored + shapes
+    if mode == "exact" and "rbf_cka" in cka:
+        reasons["rbf_cka"] = "RBF kernels need all samples"
+        stored = ["rbf_cka"] + stored
+    if "ridge_r2" in metrics:
+        fold_bytes = fold_path_bytes(dims_a, dims_b, settings.ridge_folds)
+        if fold_bytes <= budget and not null:
+            parts.append(FoldPart(dims_a, dims_b, names, settings, mode))
         else:
-            why = ("a permutation null needs stored activations" if null else
-                   f"the feature-space sums need {feature_path_bytes(dims_a, dims_b)} bytes "
-                   f"> memory_budget_bytes={memory_budget_bytes}")
-            reasons.update({m: why for m in linear})
-            stored = linear + stored
-        if "rbf_cka" in cka:
-            reasons["rbf_cka"] = "RBF kernels need all samples"
-            stored = ["rbf_cka"] + stored
+            reasons["ridge_r2"] = ("a permutation null needs stored activations" if null else
+                                   f"the per-fold sums need {fold_bytes} bytes > memory_budget_bytes={budget}")
+            stored.append("ridge_r2")
+    if "rsa" in metrics:
+        reasons["rsa"] = "RDMs need all samples"
+        stored.append("rsa")
+    if "jaccard_knn" in metrics:
+        reasons["jaccard_knn"] = "k-NN needs all samples"
+        stored.append("jaccard_knn")
     if stored:
-        parts.append(StoredPart(stored, mode, dims_a, dims_b, int(null), seed, float(rbf_factor), int(knn_k),
-                                int(memory_budget_bytes), int(max_stored_n), names, reasons))
+        parts.append(StoredPart(stored, mode, dims_a, dims_b, null, seed, rbf_factor, knn_k, budget, max_stored_n,
+                                names, reasons, settings))
     return Accumulator(parts, metrics, dims_a, dims_b)

@@ -21,12 +21,16 @@ Values = dict[str, dict[str, np.ndarray]]
 
 
 class Part(Protocol):
-    """One strategy of the accumulator (minibatch Grams, feature sums, stored activations)."""
+    """One strategy of the accumulator (minibatch Grams, feature sums, per-fold sums, stored activations).
+
+    ``update`` gets the batch's rows ``b``, its global index and ``offset``, the global position of its
+    first sample (the fold of ``ridge_r2``)."""
 
     metrics: list[str]
     needs_gather: bool
 
-    def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int) -> None: ...
+    def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int,
+               offset: int = 0) -> None: ...
 
     def state(self) -> list[Tensor]: ...
 

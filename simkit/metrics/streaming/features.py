@@ -1,4 +1,5 @@
-"""Exact linear and unbiased CKA, path ``"features"``: feature-space sums streamed over batches.
+"""Exact linear and unbiased CKA and the shape measures, path ``"features"``: feature-space sums
+streamed over batches.
 
 Memory is independent of ``n`` (about ``20·P·Q + 8·(Σp_i² + Σq_j²)`` bytes, :func:`feature_path_bytes`).
 The sums are taken about a fixed reference shift per column (the first batch's mean) and can be
@@ -6,7 +7,9 @@ re-referenced exactly (:meth:`FeaturePart.rebase`), so the sums of two accumulat
 batches add. At the end the HSIC terms come from the sums and go through :mod:`simkit.metrics.cka`:
 HSIC_1 from :func:`~simkit.metrics.cka.hsic1_from_terms`, the ratio from
 :func:`~simkit.metrics.cka.cka_ratio`, and constant layers from the one rule
-:func:`simkit.metrics._checks.constant_columns` applied to the sums.
+:func:`simkit.metrics._checks.constant_columns` applied to the sums. The shape measures (Procrustes,
+CCA family, shape metric) use only the centred self blocks and the cross sum: each layer's covariance
+spectrum once, then every pair (:mod:`simkit.metrics.streaming.shapes`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ from torch import Tensor
 from simkit.errors import SimkitError
 from simkit.metrics._checks import constant_columns
 from simkit.metrics.cka import cka_ratio, hsic1_from_terms
+from simkit.metrics.settings import MeasureSettings
+from simkit.metrics.shape import SHAPE_MEASURES, Spectrum, rank_rtol, spectrum_from_cov
 from simkit.metrics.streaming.common import Names, Sums, Values, mask_constant, segments, segsum
+from simkit.metrics.streaming.shapes import shape_notes, shape_settings, shape_values
 
 
 def feature_path_bytes(dims_a: Sequence[int], dims_b: Sequence[int], itemsize: int = 4) -> int:
@@ -98,10 +104,13 @@ def _self_products(blocks: Tensor, dims: list[int], d: Tensor) -> tuple[Tensor, 
 
 
 class FeaturePart:
-    """Exact linear and unbiased CKA of all pairs from streamed feature-space sums (memory ∝ P·Q)."""
+    """Exact linear and unbiased CKA and the shape measures of all pairs from streamed feature-space sums
+    (memory ∝ P·Q). ``mode``: the accumulator's mode, as recorded (shape measures use all samples in either)."""
 
-    def __init__(self, metrics: list[str], dims_a: list[int], dims_b: list[int], names: Names):
+    def __init__(self, metrics: list[str], dims_a: list[int], dims_b: list[int], names: Names,
+                 settings: MeasureSettings | None = None, mode: str = "exact"):
         self.metrics, self.dims_a, self.dims_b, self.names = metrics, dims_a, dims_b, names
+        self.settings, self.mode = settings or MeasureSettings(), mode
         la, lb, p, q = len(dims_a), len(dims_b), sum(dims_a), sum(dims_b)
         self.s = s = Sums()
         s.add("n", 1)
@@ -159,7 +168,8 @@ class FeaturePart:
         bs["self_" + side] = blocks
         return xt, xd, mean.double() - ref
 
-    def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int) -> None:
+    def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int,
+               offset: int = 0) -> None:
         s = self.s
         dev = acts_a[0].device
         s.to(dev)
@@ -262,7 +272,58 @@ class FeaturePart:
         if "unbiased_cka" in self.metrics and n < 4:
             raise SimkitError(f"unbiased CKA needs at least 4 samples, got {int(n)}; use more samples (`n`)")
         if n < 2:
-            raise SimkitError(f"linear CKA needs at least 2 samples, got {int(n)}; use more samples (`n`)")
+            what = "linear CKA" if "linear_cka" in self.metrics else ", ".join(self.metrics)
+            raise SimkitError(f"{what} needs at least 2 samples, got {int(n)}; use more samples (`n`)")
+        cka = [m for m in self.metrics if m not in SHAPE_MEASURES]
+        shapes = [m for m in self.metrics if m in SHAPE_MEASURES]
+        out: Values = self._cka(cka, n, la, lb, seg_a, seg_b) if cka else {}
+        if shapes:
+            out.update(self._shapes(shapes, n))
+        return out
+
+    def _constants(self, n: float) -> tuple[Tensor, Tensor]:
+        s = self.s
+        shift_x, shift_y = self.shifts()
+        return (self._constant(s["self_x"], s["sx"], shift_x, self.dims_a, n),
+                self._constant(s["self_y"], s["sy"], shift_y, self.dims_b, n))
+
+    def _spectra(self, blocks: Tensor, mu: Tensor, dims: list[int], n: float, loadings: bool) -> list[Spectrum]:
+        """Each layer's centred covariance ``Σ (x − μ)(x − μ)ᵀ`` from its self block, decomposed once."""
+        out = []
+        start = off = 0
+        dtype = self.dtype or torch.float64
+        for d in dims:
+            block = blocks[off:off + d * d].view(d, d)
+            u = mu[start:start + d]
+            c = block - n * torch.outer(u, u)
+            out.append(spectrum_from_cov((c + c.T) / 2, rank_rtol(dtype, d), loadings))
+            start, off = start + d, off + d * d
+        return out
+
+    def _shapes(self, measures: list[str], n: float) -> Values:
+        s = self.s
+        mux, muy = s["sx"] / n, s["sy"] / n
+        const_a, const_b = self._constants(n)
+        pw = "pwcca" in measures
+        spec_a = self._spectra(s["self_x"], mux, self.dims_a, n, pw)
+        spec_b = self._spectra(s["self_y"], muy, self.dims_b, n, pw)
+        starts = [sum(self.dims_a[:i]) for i in range(len(self.dims_a))]
+
+        def cross(i: int) -> list[Tensor]:  # T0 = Vᵀ C_c W of A layer i with every B layer
+            d, start = self.dims_a[i], starts[i]
+            c = s["cross"][start:start + d] - n * torch.outer(mux[start:start + d], muy)
+            w = spec_a[i].basis.T @ c
+            return [part @ sb.basis for part, sb in zip(torch.split(w, self.dims_b, 1), spec_b, strict=True)]
+
+        values = shape_values(measures, spec_a, spec_b, cross, int(n), self.settings, self.names, const_a, const_b)
+        out = {}
+        for m in measures:
+            self.names.warn_constant(m, const_a, const_b)
+            out[m] = {"value": values[m].cpu().numpy()}
+        return out
+
+    def _cka(self, metrics: list[str], n: float, la: int, lb: int, seg_a: Tensor, seg_b: Tensor) -> Values:
+        s = self.s
         mux, muy = s["sx"] / n, s["sy"] / n
         mxn, myn = segsum(mux * mux, seg_a, la, 0), segsum(muy * muy, seg_b, lb, 0)
         nx, ny = s["tx"] - n * mxn, s["ty"] - n * myn  # ‖X_c‖², ‖Y_c‖²
@@ -292,7 +353,7 @@ class FeaturePart:
         const_a = self._constant(s["self_x"], s["sx"], shift_x, self.dims_a, n)
         const_b = self._constant(s["self_y"], s["sy"], shift_y, self.dims_b, n)
         out = {}
-        for m in self.metrics:
+        for m in metrics:
             if m == "linear_cka":  # biased HSIC times (n−1)², which the ratio cancels
                 value = cka_ratio(fro, fro_a[:, None], fro_b[None, :], warn=False)
             else:  # HSIC_1 from its four terms; for centred features 1ᵀK̃1 = −‖X_c‖², 1ᵀK̃L̃1 = ⟨rowsq, rowsq⟩
@@ -307,8 +368,16 @@ class FeaturePart:
 
     def describe(self) -> dict[str, dict[str, Any]]:
         n = int(self.s["n"].item())
-        return {m: {"mode": "exact", "path": "features", "n": n,
-                    "hsic": "unbiased HSIC_1" if m == "unbiased_cka" else "biased HSIC",
-                    "kernel": "linear", "null": 0,
-                    "state_bytes": sum(t.numel() * 8 for t in self.s.list())} for m in self.metrics}
+        state = sum(t.numel() * 8 for t in self.s.list())
+        out: dict[str, dict[str, Any]] = {}
+        for m in self.metrics:
+            if m in SHAPE_MEASURES:
+                out[m] = {"mode": self.mode, "path": "features", "n": n, "null": 0, "state_bytes": state,
+                          "measure": shape_notes(m), **shape_settings([m], self.settings),
+                          "note": "exact, from streamed covariances of all samples (in either mode)"}
+            else:
+                out[m] = {"mode": "exact", "path": "features", "n": n,
+                          "hsic": "unbiased HSIC_1" if m == "unbiased_cka" else "biased HSIC",
+                          "kernel": "linear", "null": 0, "state_bytes": state}
+        return out
 

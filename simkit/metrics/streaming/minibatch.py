@@ -90,7 +90,8 @@ class MinibatchPart:
                 self.s.add(f"{m}.null", null, la, lb)
         self.needs_gather = False
 
-    def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int) -> None:
+    def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int,
+               offset: int = 0) -> None:
         s = self.s
         s.to(acts_a[0].device)
         counts = s["counts"]

@@ -1,5 +1,9 @@
 """Paths that store the activations: ``"stored-gram"`` (exact RBF CKA, exact linear CKA beyond the
-memory budget or with a permutation null) and ``"stored-knn"`` (mutual k-NN, both modes).
+memory budget or with a permutation null), ``"stored-knn"`` (mutual and Jaccard k-NN, both modes, one
+neighbour search per layer for both), ``"stored-cov"`` (shape measures with a null or beyond the budget:
+each layer's spectrum from its samples, :mod:`simkit.metrics.streaming.shapes`), ``"stored-folds"``
+(``ridge_r2`` with a null or beyond the budget, :mod:`simkit.metrics.predictivity`) and ``"stored-rdm"``
+(``rsa``: one RDM upper triangle per layer, :mod:`simkit.metrics.rsa`, up to the ``n`` its memory allows).
 
 Gram rows are produced in blocks with :mod:`simkit.metrics.cka`'s pieces (the one distance formula,
 median, RBF kernel, U-centring and ratio); neighbours with :mod:`simkit.metrics.knn`.
@@ -25,6 +29,10 @@ from simkit.metrics.cka import (
     u_center_rows,
 )
 from simkit.metrics.knn import clamp_normalize, knn_indices
+from simkit.metrics.predictivity import check_fold_samples, fold_moments, ridge_from_moments
+from simkit.metrics.rsa import check_rsa_n, kendall_tau_a, prepared, rdm_upper, undefined_reason
+from simkit.metrics.settings import MeasureSettings
+from simkit.metrics.shape import SHAPE_MEASURES, rank_rtol, spectrum_from_samples
 from simkit.metrics.streaming.common import (
     KINDS,
     Names,
@@ -36,6 +44,10 @@ from simkit.metrics.streaming.common import (
     own,
     perm_generator,
 )
+from simkit.metrics.streaming.folds import ridge_describe
+from simkit.metrics.streaming.shapes import shape_notes, shape_settings, shape_values
+
+KNN = ("mutual_knn", "jaccard_knn")
 
 #: What :meth:`StoredPart.payload` hands over: global batch indices, and per stored batch the A and B
 #: activations (one CPU tensor per layer).
@@ -90,8 +102,9 @@ class StoredPart:
 
     def __init__(self, metrics: list[str], mode: str, dims_a: list[int], dims_b: list[int], null: int,
                  seed: int, rbf_factor: float, knn_k: int, memory_budget_bytes: int, max_stored_n: int,
-                 names: Names, reasons: dict[str, str]):
+                 names: Names, reasons: dict[str, str], settings: MeasureSettings | None = None):
         self.metrics, self.mode, self.dims_a, self.dims_b = metrics, mode, dims_a, dims_b
+        self.settings = settings or MeasureSettings()
         self.null, self.seed, self.rbf_factor, self.knn_k = null, seed, rbf_factor, knn_k
         self.budget, self.max_n, self.names, self.reasons = memory_budget_bytes, max_stored_n, names, reasons
         self.chunks_a: list[list[Tensor]] = []
@@ -100,7 +113,8 @@ class StoredPart:
         self.n = 0
         self.needs_gather = True
 
-    def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int) -> None:
+    def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int,
+               offset: int = 0) -> None:
         if self.n + b > self.max_n:
             raise SimkitError(
                 f"{', '.join(self.metrics)} in {self.mode} mode store all activations and n would exceed "
@@ -158,9 +172,18 @@ class StoredPart:
         perms = None
         if self.null:
             perms = draw_perms(self.null, n, perm_generator(self.seed, -1), xa[0].device)
+        knn = self._knn(xa, xb, perms, const_a, const_b) if any(m in KNN for m in self.metrics) else {}
+        shapes = [m for m in self.metrics if m in SHAPE_MEASURES]
+        shaped = self._shapes(shapes, xa, xb, perms, const_a, const_b) if shapes else {}
         for m in self.metrics:
-            if m == "mutual_knn":
-                result = self._knn(xa, xb, perms, const_a, const_b)
+            if m in KNN:
+                result = knn[m]
+            elif m in SHAPE_MEASURES:
+                result = shaped[m]
+            elif m == "ridge_r2":
+                result = self._ridge(xa, xb, perms, const_a, const_b)
+            elif m == "rsa":
+                result = self._rsa(xa, xb, perms, const_a, const_b)
             else:
                 least = 4 if m == "unbiased_cka" else 2
                 if n < least:
@@ -210,13 +233,15 @@ class StoredPart:
         return result
 
     def _knn(self, xa: list[Tensor], xb: list[Tensor], perms: Tensor | None, const_a: Tensor,
-             const_b: Tensor) -> dict:
-        """Mutual k-NN of all pairs from each layer's neighbour sets, as sets of edge codes ``r·n + s``.
+             const_b: Tensor) -> dict[str, dict[str, Any]]:
+        """Mutual and Jaccard k-NN of all pairs from each layer's neighbour sets (searched once for both), as
+        sets of edge codes ``r·n + s``; per sample the shared count ``c`` gives ``c / k`` and ``c / (2k − c)``.
 
         A constant layer's neighbours are all ties: its pairs are NaN, as for CKA."""
         n, k = self.n, self.knn_k
         if k > n - 1:
-            raise SimkitError(f"mutual_knn with k={k} needs at least {k + 1} samples, got {n}; "
+            which = " and ".join(m for m in KNN if m in self.metrics)
+            raise SimkitError(f"{which} with k={k} needs at least {k + 1} samples, got {n}; "
                               "use more samples or a smaller `knn_k`")
         dev = xa[0].device
         rows = torch.arange(n, device=dev)[:, None]
@@ -231,22 +256,128 @@ class StoredPart:
         layer_off = torch.arange(la, device=dev)[:, None] * (n * n)
         keys_a = (codes_a + layer_off).flatten()
 
-        def overlap(nb: Tensor) -> Tensor:
-            """Mean shared fraction of every A layer with one B neighbour set ``nb (n, k)`` → (La,)."""
+        def overlap(nb: Tensor) -> tuple[Tensor, Tensor]:
+            """Mutual and Jaccard scores of every A layer with one B neighbour set ``nb (n, k)`` → 2 × (La,)."""
             codes = (rows * n + nb).flatten()[None, :] + layer_off
-            hits = torch.isin(codes.flatten(), keys_a).view(la, -1)
-            return hits.sum(1).double() / (n * k)
+            shared = torch.isin(codes.flatten(), keys_a).view(la, n, k).sum(2).double()   # (La, n)
+            return shared.sum(1) / (n * k), (shared / (2 * k - shared)).mean(1)
 
-        value = torch.stack([overlap(nb) for nb in idx_b], 1)
-        result: dict = {"value": mask_constant(value, const_a, const_b)}
+        pairs = [overlap(nb) for nb in idx_b]
+        out: dict[str, dict[str, Any]] = {}
+        for pos, m in enumerate(KNN):
+            value = torch.stack([p[pos] for p in pairs], 1)
+            out[m] = {"value": mask_constant(value, const_a, const_b)}
         if self.null and perms is not None:
-            null = torch.empty(self.null, la, lb, dtype=torch.float64, device=dev)
+            null = torch.empty(2, self.null, la, lb, dtype=torch.float64, device=dev)
             for t in range(self.null):  # neighbours of Y[π]: π⁻¹ applied to Y's neighbours of π(i)
                 pk = perms[t]
                 inv = torch.empty_like(pk)
                 inv[pk] = torch.arange(n, device=dev)
                 for j, nb in enumerate(idx_b):
-                    null[t, :, j] = overlap(inv[nb[pk]])
+                    null[0, t, :, j], null[1, t, :, j] = overlap(inv[nb[pk]])
+            for pos, m in enumerate(KNN):
+                out[m].update(null_summary(mask_constant(null[pos], const_a, const_b)))
+        return out
+
+    def _centred(self, xs: list[Tensor]) -> list[Tensor]:
+        return [(x.double() - x.double().mean(0)) for x in xs]
+
+    def _shapes(self, measures: list[str], xa: list[Tensor], xb: list[Tensor], perms: Tensor | None,
+                const_a: Tensor, const_b: Tensor) -> dict[str, dict[str, Any]]:
+        """Shape measures from each layer's spectrum of its stored samples (``E = X̃V``, ``(n, min(n, p))``)."""
+        n = self.n
+        if n < 2:
+            raise SimkitError(f"{', '.join(measures)} need at least 2 samples, got {n}; use more samples (`n`)")
+        need = 8 * n * sum(min(n, d) for d in self.dims_a + self.dims_b)
+        if need > self.budget:
+            raise SimkitError(f"{', '.join(measures)} on stored samples keep each layer's n x min(n, width) basis "
+                              f"({need} bytes > `memory_budget_bytes`={self.budget}); use a smaller `n`, "
+                              "`reduce`=mean, or no `null` (then the covariances are streamed if they fit)")
+        pw = "pwcca" in measures
+        spec_a = [spectrum_from_samples(x, rank_rtol(compute_dtype(raw), x.shape[1]), pw)
+                  for x, raw in zip(self._centred(xa), xa, strict=True)]
+        spec_b = [spectrum_from_samples(y, rank_rtol(compute_dtype(raw), y.shape[1]), pw)
+                  for y, raw in zip(self._centred(xb), xb, strict=True)]
+
+        def run(order: Tensor | None, warn: bool) -> dict[str, Tensor]:
+            basis_b = [s.basis if order is None else s.basis[order] for s in spec_b]
+            return shape_values(measures, spec_a, spec_b, lambda i: [spec_a[i].basis.T @ e for e in basis_b],
+                                n, self.settings, self.names, const_a, const_b, warn=warn)
+
+        values = run(None, True)
+        out: dict[str, dict[str, Any]] = {m: {"value": values[m]} for m in measures}
+        if self.null and perms is not None:
+            draws = [run(pk, False) for pk in perms]
+            for m in measures:
+                out[m].update(null_summary(torch.stack([d[m] for d in draws])))
+        return out
+
+    def _ridge(self, xa: list[Tensor], xb: list[Tensor], perms: Tensor | None, const_a: Tensor,
+               const_b: Tensor) -> dict[str, Any]:
+        """``ridge_r2`` from per-fold moments of the stored samples, one A layer at a time (fold of sample
+        ``i``: ``i mod ridge_folds``, ``i`` its global position)."""
+        st = self.settings
+        check_fold_samples(self.n, st.ridge_folds)
+        q = sum(self.dims_b)
+        need = 8 * st.ridge_folds * max(d * (q + d) for d in self.dims_a)
+        if need > self.budget:
+            raise SimkitError(f"ridge_r2 needs {need} bytes of per-fold moments > `memory_budget_bytes`="
+                              f"{self.budget}; use `reduce`=mean or raise `memory_budget_bytes`")
+
+        def run(ys: list[Tensor]) -> Tensor:
+            rows = []
+            for x in xa:
+                moments = fold_moments([x], ys, st.ridge_folds)
+                rtol = rank_rtol(compute_dtype(x), x.shape[1])
+                rows.append(ridge_from_moments(moments, [x.shape[1]], self.dims_b, st.ridge_lambda, rtol)[0])
+            return torch.stack(rows)
+
+        result: dict[str, Any] = {"value": mask_constant(run(xb), const_a, const_b)}
+        if self.null and perms is not None:
+            null = torch.stack([run([y[pk] for y in xb]) for pk in perms])
+            result.update(null_summary(mask_constant(null, const_a, const_b)))
+        return result
+
+    def _rsa(self, xa: list[Tensor], xb: list[Tensor], perms: Tensor | None, const_a: Tensor,
+             const_b: Tensor) -> dict[str, Any]:
+        """RSA of all pairs: one prepared RDM upper triangle per layer, Pearson/Spearman as one product."""
+        import warnings
+
+        n, st = self.n, self.settings
+        check_rsa_n(n, len(xa) + len(xb), self.budget, bool(self.null))
+        dev = xa[0].device
+        la, lb = len(xa), len(xb)
+        ready: dict[str, list[Tensor | None]] = {"a": [], "b": []}
+        for side, xs, names in (("a", xa, self.names.a), ("b", xb, self.names.b)):
+            for k, x in enumerate(xs):
+                v = rdm_upper(x, st.rsa_distance)
+                p = prepared(v, st.rsa_compare) if v is not None else None
+                if p is None and not bool((const_a if side == "a" else const_b)[k]):
+                    warnings.warn(f"rsa is undefined for layer {names[k]}: {undefined_reason(st.rsa_distance, v is None)}"
+                                  "; its pairs are NaN", RuntimeWarning, stacklevel=4)
+                ready[side].append(p)
+        iu = torch.triu_indices(n, n, 1, device=dev)
+
+        def compare(va: list[Tensor | None], vb: list[Tensor | None]) -> Tensor:
+            out = torch.full((la, lb), float("nan"), dtype=torch.float64, device=dev)
+            for i, a in enumerate(va):
+                for j, b in enumerate(vb):
+                    if a is not None and b is not None:
+                        out[i, j] = kendall_tau_a(a, b) if st.rsa_compare == "kendall_tau_a" else a @ b
+            return out
+
+        result: dict[str, Any] = {"value": mask_constant(compare(ready["a"], ready["b"]), const_a, const_b)}
+        if self.null and perms is not None:
+            null = torch.empty(self.null, la, lb, dtype=torch.float64, device=dev)
+            for j, b in enumerate(ready["b"]):
+                if b is None:
+                    null[:, :, j] = float("nan")
+                    continue
+                full = torch.zeros(n, n, dtype=torch.float64, device=dev)
+                full[iu[0], iu[1]] = b
+                full = full + full.T
+                for t, pk in enumerate(perms):  # B's RDM with samples permuted: entries (π(i), π(j)), i < j
+                    null[t, :, j] = compare(ready["a"], [full[pk[iu[0]], pk[iu[1]]]])[:, 0]
             result.update(null_summary(mask_constant(null, const_a, const_b)))
         return result
 
@@ -254,11 +385,21 @@ class StoredPart:
         out = {}
         stored = sum(sum(t.numel() * t.element_size() for t in c) for c in self.chunks_a + self.chunks_b)
         for m in self.metrics:
-            path = "stored-knn" if m == "mutual_knn" else "stored-gram"
+            path = ("stored-knn" if m in KNN else "stored-cov" if m in SHAPE_MEASURES else
+                    "stored-folds" if m == "ridge_r2" else "stored-rdm" if m == "rsa" else "stored-gram")
             out[m] = {"mode": self.mode, "path": path, "n": self.n, "null": self.null,
                       "stored_bytes": stored, "reason": self.reasons.get(m, "")}
-            if m == "mutual_knn":
+            if m in KNN:
                 out[m].update(k=self.knn_k, note="computed on all samples in either mode")
+            elif m in SHAPE_MEASURES:
+                out[m].update(measure=shape_notes(m), **shape_settings([m], self.settings),
+                              note="exact, from each layer's spectrum of all stored samples (in either mode)")
+            elif m == "ridge_r2":
+                out[m].update(ridge_describe(self.settings))
+            elif m == "rsa":
+                out[m].update(rsa_distance=self.settings.rsa_distance, rsa_compare=self.settings.rsa_compare,
+                              max_n=self.max_rsa_n(), note="RDMs of all samples (in either mode); memory O(n^2) "
+                              "per layer, n limited by `memory_budget_bytes`")
             else:
                 out[m].update(hsic="unbiased HSIC_1" if m == "unbiased_cka" else "biased HSIC",
                               kernel="rbf" if m == "rbf_cka" else "linear")
@@ -266,3 +407,8 @@ class StoredPart:
                 out[m]["bandwidth"] = f"{self.rbf_factor} x median pairwise distance over all samples"
         return out
 
+    def max_rsa_n(self) -> int:
+        """The largest ``n`` RSA accepts for these layers and this budget (and ``max_stored_n``)."""
+        from simkit.metrics.rsa import rsa_max_n
+
+        return min(self.max_n, rsa_max_n(self.budget, len(self.dims_a) + len(self.dims_b), bool(self.null)))

@@ -1,0 +1,190 @@
+"""Cross-validated ridge predictivity ``ridge_r2``, path ``"folds"``: per-fold moments streamed over batches.
+
+Sample ``g`` (its global position: the batch's ``offset`` plus its row) is in fold ``g mod k``. Per fold
+the part adds ``n``, ``Σx``, ``Σy``, each A layer's ``Σxxᵀ``, ``Σxyᵀ`` (P×Q) and ``Σ‖y‖²`` per B layer,
+about a fixed reference shift per column (the first batch's means, re-referenced exactly by
+:meth:`FoldPart.rebase`, as on the feature path), in float64; the products of one batch are split by
+fold, so together they cost one ``P × Q`` product per batch, in the activations' dtype on batch-centred
+features. Memory ``≈ 8·k·(P·Q + Σp_i²)`` bytes (:func:`fold_path_bytes`). The estimator is
+:func:`simkit.metrics.predictivity.ridge_from_moments`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from simkit.metrics._checks import constant_columns
+from simkit.metrics.predictivity import FoldMoments, check_fold_samples, ridge_from_moments
+from simkit.metrics.settings import MeasureSettings
+from simkit.metrics.shape import rank_rtol
+from simkit.metrics.streaming.common import Names, Sums, Values, mask_constant, segments, segsum
+
+
+def fold_path_bytes(dims_a: Sequence[int], dims_b: Sequence[int], folds: int, itemsize: int = 4) -> int:
+    """Peak bytes of the streamed ridge path: k folds of float64 sums plus one batch's product."""
+    p, q = sum(dims_a), sum(dims_b)
+    per_fold = p * q + sum(d * d for d in dims_a) + p + q + len(dims_b) + 1
+    return 8 * folds * per_fold + (8 + itemsize) * p * q + 16 * max(dims_a) * q
+
+
+def _outer_blocks(u: Tensor, v: Tensor, dims: Sequence[int]) -> Tensor:
+    """Flattened per-layer blocks of ``u vᵀ`` (both ``(P,)``) → ``(Σ d²,)``."""
+    return torch.cat([torch.outer(a, b).flatten() for a, b in zip(torch.split(u, list(dims)),
+                                                                  torch.split(v, list(dims)), strict=True)])
+
+
+def ridge_describe(settings: MeasureSettings) -> dict[str, Any]:
+    return {"ridge_lambda": settings.ridge_lambda, "ridge_folds": settings.ridge_folds,
+            "folds": "sample i in fold i mod ridge_folds", "directional": True,
+            "note": "rows (model A's layers) predict columns (model B's layers): the matrix is not symmetric"}
+
+
+class FoldPart:
+    """``ridge_r2`` of all pairs (A layer predicts B layer) from streamed per-fold moments."""
+
+    def __init__(self, dims_a: list[int], dims_b: list[int], names: Names, settings: MeasureSettings,
+                 mode: str = "exact"):
+        self.metrics = ["ridge_r2"]
+        self.dims_a, self.dims_b, self.names, self.settings, self.mode = dims_a, dims_b, names, settings, mode
+        k, p, q = settings.ridge_folds, sum(dims_a), sum(dims_b)
+        self.s = s = Sums()
+        s.add("n", k)
+        s.add("sx", k, p)
+        s.add("sy", k, q)
+        s.add("sxx", k, sum(d * d for d in dims_a))
+        s.add("sxy", k, p, q)
+        s.add("tyy", k, len(dims_b))
+        s.add("yy_cols", q)                # Σ (y − c)² per column (constant rule for B)
+        self.seg_b = segments(dims_b)
+        self.shift: dict[str, Tensor | None] = {"x": None, "y": None}
+        self.dtype: torch.dtype | None = None
+        self.rows = 0
+        self.needs_gather = False
+
+    def _side(self, acts: Sequence[Tensor], side: str) -> tuple[Tensor, Tensor, Tensor]:
+        dtype = torch.float64 if any(a.dtype == torch.float64 for a in acts) else torch.float32
+        x = torch.cat([a.detach().to(dtype) for a in acts], 1)
+        mean = x.mean(0, dtype=torch.float64).to(dtype)
+        xt = x - mean
+        if self.shift[side] is None:
+            self.dtype = dtype
+            self.shift[side] = mean.double()
+        ref = self.shift[side]
+        assert ref is not None
+        col = xt.double().sum(0)
+        bad = torch.nonzero(~torch.isfinite(col)).flatten()[:1].tolist()
+        if bad:
+            dims = self.dims_a if side == "x" else self.dims_b
+            raise self.names.non_finite("a" if side == "x" else "b", int(segments(dims)[bad[0]]))
+        return xt, xt.double(), mean.double() - ref.to(x.device)
+
+    def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int,
+               offset: int = 0) -> None:
+        s = self.s
+        dev = acts_a[0].device
+        s.to(dev)
+        xt, xd, dx = self._side(acts_a, "x")
+        yt, yd, dy = self._side(acts_b, "y")
+        if xt.dtype != yt.dtype:
+            xt, yt = xd, yd
+        seg_b = self.seg_b.to(dev)
+        lb = len(self.dims_b)
+        k = self.settings.ridge_folds
+        fold = (int(offset) + torch.arange(b, device=dev)) % k
+        for f in torch.unique(fold).tolist():
+            rows = torch.nonzero(fold == f).flatten()
+            xf, yf, xfd, yfd = xt[rows], yt[rows], xd[rows], yd[rows]
+            nf = float(len(rows))
+            cx, cy = xfd.sum(0), yfd.sum(0)
+            s["n"][f] += nf
+            s["sxy"][f].add_((xf.T @ yf).double() + torch.outer(cx, dy) + torch.outer(dx, cy)
+                             + nf * torch.outer(dx, dy))
+            blocks = torch.cat([(part.T @ part).double().flatten() for part in torch.split(xf, self.dims_a, 1)])
+            s["sxx"][f].add_(blocks + _outer_blocks(cx, dx, self.dims_a) + _outer_blocks(dx, cx, self.dims_a)
+                             + nf * _outer_blocks(dx, dx, self.dims_a))
+            s["sx"][f].add_(cx + nf * dx)
+            s["sy"][f].add_(cy + nf * dy)
+            cols = (yfd * yfd).sum(0) + 2 * dy * cy + nf * dy * dy
+            s["tyy"][f].add_(segsum(cols, seg_b, lb, 0))
+            s["yy_cols"].add_(cols)
+        self.rows += b
+
+    def shifts(self) -> list[Tensor]:
+        return [t.clone() if (t := self.shift[k]) is not None else torch.zeros(sum(d), dtype=torch.float64)
+                for k, d in (("x", self.dims_a), ("y", self.dims_b))]
+
+    def rebase(self, shifts: Sequence[Tensor]) -> None:
+        """Re-reference every fold's sums to new shifts ``[(P,), (Q,)]`` (exact algebra in float64)."""
+        dtype = self.dtype or torch.float64
+        new = {k: t.detach().to(dtype).double() for k, t in zip("xy", shifts, strict=True)}
+        old_x, old_y = self.shift["x"], self.shift["y"]
+        if old_x is None or old_y is None:
+            self.shift.update(new)
+            return
+        s = self.s
+        dev = s["sx"].device
+        dx, dy = old_x.to(dev) - new["x"].to(dev), old_y.to(dev) - new["y"].to(dev)
+        seg_b, lb = self.seg_b.to(dev), len(self.dims_b)
+        for f in range(self.settings.ridge_folds):
+            n, sx, sy = s["n"][f], s["sx"][f].clone(), s["sy"][f].clone()
+            s["sxx"][f].add_(_outer_blocks(sx, dx, self.dims_a) + _outer_blocks(dx, sx, self.dims_a)
+                             + n * _outer_blocks(dx, dx, self.dims_a))
+            s["sxy"][f].add_(torch.outer(sx, dy) + torch.outer(dx, sy) + n * torch.outer(dx, dy))
+            cols = 2 * dy * sy + n * dy * dy
+            s["tyy"][f].add_(segsum(cols, seg_b, lb, 0))
+            s["yy_cols"].add_(cols)
+            s["sx"][f].add_(n * dx)
+            s["sy"][f].add_(n * dy)
+        self.shift.update({k: v.to(dev) for k, v in new.items()})
+
+    def state(self) -> list[Tensor]:
+        return self.s.list()
+
+    def merge(self, other: FoldPart) -> None:
+        if self.shift["x"] is None:
+            self.shift, self.dtype = dict(other.shift), other.dtype
+        elif other.shift["x"] is not None:
+            other.rebase(self.shifts())
+        self.s.merge(other.s)
+        self.rows += other.rows
+
+    def _constant(self, n: float) -> tuple[Tensor, Tensor]:
+        """Constant layers by the one rule, from the summed moments about the reference shifts."""
+        s = self.s
+        shift_x, shift_y = self.shifts()
+        sx, sy = s["sx"].sum(0), s["sy"].sum(0)
+        diag, off = [], 0
+        sxx = s["sxx"].sum(0)
+        for d in self.dims_a:
+            diag.append(sxx[off:off + d * d].view(d, d).diagonal())
+            off += d * d
+        about_x = torch.cat(diag)
+        shift_x, shift_y = shift_x.to(sx.device), shift_y.to(sx.device)
+        out = []
+        for about, sums, shift, dims in ((about_x, sx, shift_x, self.dims_a), (s["yy_cols"], sy, shift_y, self.dims_b)):
+            centred = about - sums * sums / n
+            zero = about + 2 * shift * sums + n * shift * shift
+            col = constant_columns(centred, zero).double()
+            seg = segments(dims, sums.device)
+            out.append(segsum(col, seg, len(dims), 0) == torch.as_tensor(dims, device=sums.device))
+        return out[0], out[1]
+
+    def compute(self) -> Values:
+        s = self.s
+        n = float(s["n"].sum().item())
+        check_fold_samples(int(n), self.settings.ridge_folds)
+        moments = FoldMoments(s["n"], s["sx"], s["sy"], s["sxx"], s["sxy"], s["tyy"])
+        rtol = rank_rtol(self.dtype or torch.float64, max(self.dims_a))
+        value = ridge_from_moments(moments, self.dims_a, self.dims_b, self.settings.ridge_lambda, rtol)
+        const_a, const_b = self._constant(n)
+        self.names.warn_constant("ridge_r2", const_a, const_b)
+        return {"ridge_r2": {"value": mask_constant(value, const_a, const_b).cpu().numpy()}}
+
+    def describe(self) -> dict[str, dict[str, Any]]:
+        return {"ridge_r2": {"mode": self.mode, "path": "folds", "n": int(self.s["n"].sum().item()), "null": 0,
+                             "state_bytes": sum(t.numel() * 8 for t in self.s.list()),
+                             **ridge_describe(self.settings)}}

@@ -142,3 +142,64 @@ def test_knn_k_and_rbf_factor_options(tmp_path):
     assert not np.allclose(values["1"], values["3"])
     bad = invoke(*base, "--metric", "rbf_cka", "--rbf-factor", "0", "--out", str(tmp_path / "bad"))
     assert bad.exit_code == 2 and "--rbf-factor must be a positive number" in bad.output
+
+
+ALL_MEASURES = "procrustes,procrustes_angle,cca,svcca,pwcca,shape_metric,rsa,ridge_r2,jaccard_knn"
+
+
+def test_compare_with_every_new_measure_end_to_end(tmp_path):
+    out = tmp_path / "measures"
+    result = invoke("compare", MLP_A, MLP_B, "--data", "mnist1d", "--n", "64", "--null", "2", "--knn-k", "5",
+                    "--metric", ALL_MEASURES, "--shape-alpha", "0.25", "--cca-eps", "0.01", "--svcca-keep", "0.9",
+                    "--ridge-lambda", "0.1", "--ridge-folds", "4", "--rsa-distance", "euclidean",
+                    "--rsa-compare", "kendall_tau_a", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(out / "similarity.csv")
+    assert set(frame["metric"]) == set(ALL_MEASURES.split(","))
+    assert frame[["value", "null_mean", "null_p95"]].notna().all().all()
+    data = json.loads((out / "result.json").read_text())
+    settings = data["meta"]["settings"]
+    assert (settings["shape_alpha"], settings["cca_eps"], settings["svcca_keep"], settings["ridge_lambda"],
+            settings["ridge_folds"], settings["rsa_distance"], settings["rsa_compare"]) == (
+        0.25, 0.01, 0.9, 0.1, 4, "euclidean", "kendall_tau_a")
+    assert {m: d["path"] for m, d in data["meta"]["method"].items()}["ridge_r2"] == "stored-folds"
+    html = (out / "report.html").read_text()
+    assert html.count('data-metric="') == len(ALL_MEASURES.split(","))
+    assert "ridge_r2 is directional" in html and "not symmetric" in html
+
+
+def test_new_measures_stream_without_a_null(tmp_path):
+    out = tmp_path / "streamed"
+    result = invoke("compare", MLP_A, MLP_B, "--data", "mnist1d", "--n", "64", "--batch-size", "16",
+                    "--metric", "cca,procrustes,ridge_r2", "--no-report", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    method = json.loads((out / "result.json").read_text())["meta"]["method"]
+    assert [method[m]["path"] for m in ("cca", "procrustes", "ridge_r2")] == ["features", "features", "folds"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--metric", "shape_metric", "--shape-alpha", "1.5"], "--shape-alpha must be a number in [0, 1]"),
+    (["--metric", "cca", "--cca-eps", "-1"], "--cca-eps must be a number >= 0"),
+    (["--metric", "svcca", "--svcca-keep", "0"], "--svcca-keep must be a fraction of variance in (0, 1]"),
+    (["--metric", "ridge_r2", "--ridge-folds", "1"], "--ridge-folds must be an integer >= 2"),
+    (["--metric", "ridge_r2", "--ridge-lambda", "-2"], "--ridge-lambda must be a number >= 0"),
+    (["--metric", "ridge_r2", "--ridge-folds", "20"], "--ridge-folds=20 needs at least 40 samples"),
+    (["--metric", "rsa", "--rsa-compare", "kendall"], "kendall"),
+], ids=["alpha", "eps", "keep", "folds", "lambda", "few-for-folds", "compare"])
+def test_bad_measure_settings_exit_2_naming_the_flag(tmp_path, args, message):
+    result = invoke("compare", MLP_A, MLP_B, "--data", "mnist1d", "--n", "32", "--out", str(tmp_path / "run"), *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "run" / "result.json").exists()
+
+
+def test_help_documents_the_measure_settings_and_their_defaults():
+    result = invoke("compare", "--help")
+    assert result.exit_code == 0
+    text = " ".join(result.output.replace("│", " ").split())
+    for flag in ("--shape-alpha", "--cca-eps", "--svcca-keep", "--ridge-lambda", "--ridge-folds", "--rsa-distance",
+                 "--rsa-compare"):
+        assert flag in text
+    for default in ("[default: 0.5]", "[default: 0.0]", "[default: 0.99]", "[default: 0.01]", "[default: 5]",
+                    "[default: correlation]", "[default: spearman]"):
+        assert default in text

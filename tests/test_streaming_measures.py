@@ -15,10 +15,21 @@ from hypothesis import strategies as st
 from torch import nn
 
 from simkit.errors import SimkitError
-from simkit.metrics import cca, jaccard_knn, procrustes, procrustes_angle, pwcca, ridge_r2, rsa, shape_metric, svcca
+from simkit.metrics import (
+    cca,
+    jaccard_knn,
+    procrustes,
+    procrustes_angle,
+    pwcca,
+    ridge_r2,
+    rsa,
+    shape_metric,
+    svcca,
+)
 from simkit.metrics.streaming import make_accumulator
 from simkit.metrics.streaming.common import draw_perms, perm_generator
 
+pytestmark = pytest.mark.filterwarnings("ignore:rsa is undefined:RuntimeWarning")  # A[0] has p = 1
 N = 31
 NEW = ["procrustes", "procrustes_angle", "cca", "svcca", "pwcca", "shape_metric", "rsa", "ridge_r2", "jaccard_knn"]
 OPTS = {"shape_alpha": 0.3, "svcca_keep": 0.9, "ridge_lambda": 0.05, "ridge_folds": 4, "knn_k": 4}

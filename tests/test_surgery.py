@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from simkit.errors import SimkitError
+from simkit.io import write_text
 from simkit.models.llama import TinyLlama
 from simkit.surgery import (
     CachedRunner,
@@ -276,10 +277,10 @@ def test_graft_log_replay_rebuilds_model_and_optimizer(tmp_path):
     log = GraftLog()
     graft_gated_residual(model, "blocks.0", "llama", "shadow", probe=x, seed=4, optimizer=opt, log=log)
     graft_gated_residual(model, "blocks.1", "mlp", "net2net", probe=x, seed=5, optimizer=opt, log=log)
-    log.save(tmp_path / "log.json")
+    write_text(tmp_path / "log.json", log.to_json())
     rebuilt = llama()
     opt2 = torch.optim.AdamW(rebuilt.parameters())
-    GraftLog.load(tmp_path / "log.json").replay(rebuilt, opt2)
+    GraftLog.from_json((tmp_path / "log.json").read_text()).replay(rebuilt, opt2)
     a, b = model.state_dict(), rebuilt.state_dict()
     assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
     assert [len(g["params"]) for g in opt.param_groups] == [len(g["params"]) for g in opt2.param_groups]

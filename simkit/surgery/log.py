@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from torch import nn
@@ -22,9 +19,6 @@ from torch.optim import Optimizer
 
 from simkit.errors import SimkitError
 from simkit.surgery.ops import attach_graft, insert_after, replace_module
-
-_UMASK = os.umask(0)
-os.umask(_UMASK)
 
 
 class GraftLog:
@@ -47,24 +41,14 @@ class GraftLog:
     def from_list(cls, records: list[dict[str, Any]]) -> GraftLog:
         return cls(records)
 
-    def save(self, path: str | Path) -> Path:
-        """Write the records to ``path`` as indented JSON, atomically (a temporary file renamed onto it)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(json.dumps(self.records, indent=2) + "\n")
-            os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual permissions
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+    def to_json(self) -> str:
+        """The records as indented JSON text (write it with ``simkit.io.write_text``, atomically)."""
+        return json.dumps(self.records, indent=2) + "\n"
 
     @classmethod
-    def load(cls, path: str | Path) -> GraftLog:
-        return cls(json.loads(Path(path).read_text(encoding="utf-8")))
+    def from_json(cls, text: str) -> GraftLog:
+        """The log written by :meth:`to_json`."""
+        return cls(json.loads(text))
 
     def __len__(self) -> int:
         return len(self.records)

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from simkit.errors import SimkitError
-from simkit.rundir import discard_unused_runs, forget_runs
+from simkit.rundir import check_run_path, discard_unused_runs, forget_runs
 
 app = typer.Typer(
     name="simkit",
@@ -84,11 +84,14 @@ def command(*args: Any, arg_flags: dict[str, str] | None = None, **kwargs: Any):
                     from simkit.forward import resolve_device
 
                     resolve_device(kw["device"])
+                if isinstance(kw.get("out"), str | Path):  # --out is checked before anything runs
+                    check_run_path(kw["out"])
                 init_if_launched(str(kw.get("device") or "cpu"))  # under torchrun: join its process group
                 return func(*a, **kw)
             except SimkitError as exc:
                 discard_unused_runs()
-                typer.echo(f"error: {cli_message(str(exc), flags)}", err=True)
+                message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())  # one line
+                typer.echo(f"error: {cli_message(message, flags)}", err=True)
                 raise typer.Exit(2) from None
             except KeyboardInterrupt:
                 discard_unused_runs()

@@ -166,6 +166,25 @@ class Dataset:
         return self.take(slice(0, n))
 
 
+def check_finite(data: Dataset, arg: str = "data") -> None:
+    """Refuse (SimkitError naming ``arg``) a dataset whose floating-point inputs hold NaN or ±inf, in
+    its own samples or its ``test`` split: training on them gives NaN losses or silent garbage."""
+    parts = [("", data)] + ([(" (its test split)", data.test)] if data.test is not None else [])
+    for where, part in parts:
+        if part.is_lazy:  # generated on the fly (synthetic): finite by construction
+            continue
+        inputs = part.inputs
+        tensors = inputs.values() if isinstance(inputs, dict) else [inputs]
+        for tensor in tensors:
+            if not tensor.is_floating_point() or tensor.numel() == 0:
+                continue
+            bad = ~torch.isfinite(tensor.reshape(len(tensor), -1)).all(dim=1)
+            if bool(bad.any()):
+                first = int(bad.nonzero()[0])
+                raise SimkitError(f"`{arg}` {part.spec!r}{where}: {int(bad.sum())} of {len(tensor)} samples hold "
+                                  f"NaN or infinite inputs (the first is sample {first}); drop or fix them")
+
+
 def _first_dim(inputs: Tensor | dict[str, Tensor]) -> int:
     if isinstance(inputs, dict):
         lengths = {len(v) for v in inputs.values()}
@@ -537,7 +556,14 @@ def _text(*, spec, target, options, n, seed, tokenizer) -> Dataset:
     if tokenizer is None:
         raise SimkitError(f"data {spec!r} needs a tokenizer: pass `tokenizer`='hf:DIR' (a local Hugging Face "
                           "model directory) or 'bytes', or write text:FILE,tokenizer=hf:DIR")
-    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SimkitError(f"data {spec!r}: {str(path)!r} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} "
+                          f"at offset {exc.start}); give a text file with one sample per line") from None
+    except OSError as exc:
+        raise SimkitError(f"data {spec!r}: cannot read {str(path)!r} ({exc.strerror})") from None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         raise SimkitError(f"data {spec!r}: {str(path)!r} has no non-empty lines")
     if n is not None:

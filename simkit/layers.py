@@ -193,7 +193,7 @@ def select_output(output: Any, output_index: int | str | None = None, layer: str
     too). A string: a key, or a dotted path of keys and positions (``"hidden_states.3"``); digit parts
     are positions unless the dict has that key.
     """
-    if output_index is None and isinstance(output, Tensor):  # the common case, first
+    if isinstance(output, Tensor):  # the common case, first; an index chooses inside tuples and dicts only
         return output
     if output_index is None:
         if isinstance(output, Mapping):
@@ -206,18 +206,29 @@ def select_output(output: Any, output_index: int | str | None = None, layer: str
     else:
         parts = output_index.split(".") if isinstance(output_index, str) else [output_index]
         picked = output
-        try:
-            for part in parts:
-                if isinstance(picked, Mapping):
-                    if part in picked:
-                        picked = picked[part]
-                    else:
-                        picked = list(picked.values())[int(part)]
-                else:
-                    picked = picked[int(part)]
-        except (KeyError, IndexError, TypeError, ValueError):
-            raise SimkitError(f"layer {layer!r}: output index {output_index!r} does not select a tensor "
-                              f"from its {type(output).__name__} output; choose a valid index or key") from None
+        for part in parts:
+            if isinstance(picked, Mapping):
+                keys = list(picked)
+                if part in picked:
+                    picked = picked[part]
+                    continue
+                what = f"a {type(picked).__name__} with keys {', '.join(map(repr, keys[:8]))}"
+            elif isinstance(picked, list | tuple):
+                keys = list(range(len(picked)))
+                what = f"a {type(picked).__name__} of {len(picked)} (indices 0 to {len(picked) - 1})"
+            else:
+                raise SimkitError(f"layer {layer!r}: output index {output_index!r} does not select a tensor "
+                                  f"from its {type(output).__name__} output: {part!r} indexes into a "
+                                  f"{type(picked).__name__}, which has no elements; choose a shorter index")
+            try:
+                position = int(part)
+            except (TypeError, ValueError):
+                position = None
+            if position is None or not -len(keys) <= position < len(keys):
+                raise SimkitError(f"layer {layer!r}: output index {output_index!r} does not select a tensor "
+                                  f"from its {type(output).__name__} output: {part!r} is out of range of {what}; "
+                                  "choose a valid index or key")
+            picked = list(picked.values())[position] if isinstance(picked, Mapping) else picked[position]
     if not isinstance(picked, Tensor):
         raise SimkitError(f"layer {layer!r} outputs {type(picked).__name__}, not a tensor; choose another "
                           "layer or an `output_index`")

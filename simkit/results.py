@@ -32,6 +32,8 @@ class RunResult:
 
     kind: ClassVar[str] = "run"
     main_table: ClassVar[str] = ""
+    # table → the columns every run of this kind has (checked when a run directory is read back)
+    required_columns: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     summary: dict[str, Any] = field(default_factory=dict)
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
@@ -73,13 +75,36 @@ class RunResult:
             raise SimkitError(f"{run_dir} is incomplete: {', '.join(missing)} is missing; "
                               "rerun the command that wrote it")
         text = data.get("text_columns", {})
-        # only an empty field is missing: every table is written by to_csv, which writes NaN as "", and
-        # pandas' default NA spellings ("NA", "nan", "None", ...) are valid layer and model names
-        tables = {name: pd.read_csv(run_dir / f"{name}.csv", keep_default_na=False, na_values=[""],
-                                    converters=dict.fromkeys(text.get(name, []), _as_text))
-                  for name in data.get("tables", [])}
+        if not isinstance(text, dict) or not all(isinstance(v, list) for v in text.values()):
+            raise SimkitError(f"{run_dir / 'result.json'}: text_columns is not a mapping of table names to "
+                              "column lists; rerun the command that wrote it")
+        tables = {name: _read_table(run_dir, name, text.get(name, [])) for name in data.get("tables", [])}
+        for name, needed in cls.required_columns.items():
+            lacking = [c for c in needed if name in tables and c not in tables[name].columns]
+            if lacking:
+                raise SimkitError(f"{run_dir / (name + '.csv')} lacks the column(s) {', '.join(lacking)} of a "
+                                  f"{cls.kind} run; rerun the command that wrote it")
+        for key in ("summary", "meta", "extra"):
+            if not isinstance(data.get(key, {}), dict):
+                raise SimkitError(f"{run_dir / 'result.json'}: {key!r} is not a JSON object; rerun the command "
+                                  "that wrote it")
         return cls(summary=data.get("summary", {}), tables=tables,
                    meta=data.get("meta", {}), extra=data.get("extra", {}))
+
+
+def _read_table(run_dir: Path, name: str, text: list[str]) -> pd.DataFrame:
+    """``run_dir/<name>.csv`` as written by ``RunResult.save``; a SimkitError for an unreadable file."""
+    path = run_dir / f"{name}.csv"
+    try:
+        # only an empty field is missing: every table is written by to_csv, which writes NaN as "", and
+        # pandas' default NA spellings ("NA", "nan", "None", ...) are valid layer and model names
+        return pd.read_csv(path, keep_default_na=False, na_values=[""],
+                           converters=dict.fromkeys(text, _as_text))
+    except pd.errors.EmptyDataError:
+        raise SimkitError(f"{path} is empty; rerun the command that wrote it") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError, OSError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise SimkitError(f"{path} is not a readable CSV table ({first}); rerun the command that wrote it") from None
 
 
 # ------------------------------------------------------------------------------------ the result kinds
@@ -107,6 +132,7 @@ class CompareResult(RunResult):
 
     kind: ClassVar[str] = "compare"
     main_table: ClassVar[str] = "similarity"
+    required_columns: ClassVar[dict[str, tuple[str, ...]]] = {"similarity": ("layer_a", "layer_b", "metric", "value"), "layers": ("model", "name")}
 
     def matrix(self, metric: str | None = None, column: str = "value") -> pd.DataFrame:
         """(L_a, L_b) DataFrame of ``metric`` (default: the only one): rows are A's layers, columns B's,
@@ -125,6 +151,7 @@ class StudyResult(RunResult):
 
     kind: ClassVar[str] = "study"
     main_table: ClassVar[str] = "study"
+    required_columns: ClassVar[dict[str, tuple[str, ...]]] = {"study": ("model_a", "model_b", "metric", "value")}
 
     def matrix(self, metric: str | None = None) -> pd.DataFrame:
         """(M, M) DataFrame of ``metric`` (default: the only one) between the studied models, in order."""
@@ -147,6 +174,7 @@ class ConvertResult(RunResult):
 
     kind: ClassVar[str] = "convert"
     main_table: ClassVar[str] = "runs"
+    required_columns: ClassVar[dict[str, tuple[str, ...]]] = {"runs": ("schedule", "metric", "guide_init")}
 
 
 @dataclass
@@ -158,6 +186,7 @@ class StitchResult(RunResult):
 
     kind: ClassVar[str] = "stitch"
     main_table: ClassVar[str] = "stitching"
+    required_columns: ClassVar[dict[str, tuple[str, ...]]] = {"stitching": ("layer_a", "layer_b", "objective", "setting", "penalty")}
 
 
 @dataclass
@@ -173,6 +202,7 @@ class LinearizeResult(RunResult):
 
     kind: ClassVar[str] = "linearize"
     main_table: ClassVar[str] = "runs"
+    required_columns: ClassVar[dict[str, tuple[str, ...]]] = {"runs": ("granularity", "omega")}
 
 
 @dataclass
@@ -183,6 +213,7 @@ class GraftResult(RunResult):
 
     kind: ClassVar[str] = "graft"
     main_table: ClassVar[str] = "e1"
+    required_columns: ClassVar[dict[str, tuple[str, ...]]] = {"e1": ("gate", "mismatches")}
 
 
 # The one table of result kinds: kind name (result.json "kind", the report template's name) → class.
@@ -217,8 +248,16 @@ def load(run_dir: str | Path) -> RunResult:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise SimkitError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except UnicodeDecodeError:
+        raise SimkitError(f"{path} is not UTF-8 text; pass a run directory written by a simkit command") from None
+    if not isinstance(data, dict):
+        raise SimkitError(f"{path} holds a JSON {type(data).__name__}, not the object a simkit run writes; "
+                          "rerun the command that wrote it")
+    tables = data.get("tables", [])
+    if not isinstance(tables, list) or not all(isinstance(name, str) for name in tables):
+        raise SimkitError(f"{path}: 'tables' is not a list of table names; rerun the command that wrote it")
     kind = data.get("kind", "run")
-    cls = RESULT_KINDS.get(kind)
+    cls = RESULT_KINDS.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise SimkitError(f"{path} has unknown kind {kind!r}; known kinds: {', '.join(sorted(RESULT_KINDS))}")
     return cls.from_dir(run_dir, data)

@@ -55,11 +55,7 @@ class RunDir:
 
     def _check(self) -> None:
         out, path = self.path, self.path / INPUTS_FILE
-        if out.exists() and not out.is_dir():
-            raise SimkitError(f"`run_dir` {out} is an existing file, not a directory; choose another `run_dir`")
-        blocked = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
-        if blocked is not None:
-            raise SimkitError(f"`run_dir` {out} lies under {blocked}, which is a file; choose another `run_dir`")
+        check_run_path(out)
         if not self.resume:
             if self.checkpoints.exists() and _recorded_command(out) != self.command:
                 raise SimkitError(
@@ -103,11 +99,47 @@ class RunDir:
         try:
             write_json(self.path / INPUTS_FILE, self.record)
         except OSError as exc:
+            _remove_empty(made)
             raise SimkitError(f"cannot write {self.path / INPUTS_FILE} ({exc.strerror}); choose another "
                               "`run_dir`") from None
         if made:
             _created.append((self.path / INPUTS_FILE, made))
         return self
+
+
+def check_run_path(path: str | Path, arg: str = "run_dir") -> None:
+    """Refuse, touching nothing, a path that cannot become a directory of files: an existing file, a
+    path under a file, a name longer than the file system allows. ``arg``: the argument named."""
+    import os
+
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise SimkitError(f"`{arg}` {out} is an existing file, not a directory; choose another `{arg}`")
+    blocked = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise SimkitError(f"`{arg}` {out} lies under {blocked}, which is a file; choose another `{arg}`")
+    full = out.absolute()
+    existing = next((p for p in (full, *full.parents) if p.exists()), Path(full.anchor or "/"))
+    try:
+        name_max, path_max = os.pathconf(existing, "PC_NAME_MAX"), os.pathconf(existing, "PC_PATH_MAX")
+    except (OSError, ValueError, AttributeError):
+        name_max, path_max = 255, 4096
+    long = next((part for part in full.parts if len(os.fsencode(part)) > name_max), None)
+    if long is not None:
+        raise SimkitError(f"`{arg}`: the name {long[:24]}... is {len(os.fsencode(long))} bytes long, too long "
+                          f"for the file system (at most {name_max}); choose a shorter `{arg}`")
+    if len(os.fsencode(str(full))) + 64 > path_max:  # room for the files written inside
+        raise SimkitError(f"`{arg}` {str(out)[:40]}... is too long a path for the file system (at most "
+                          f"{path_max} bytes with the files inside); choose a shorter `{arg}`")
+
+
+def _remove_empty(made: list[Path]) -> None:
+    """Remove the directories in ``made`` (deepest first) that are empty."""
+    for folder in made:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def open_run_dir(run_dir: RunDir | str | Path | None, command: str, inputs: Mapping[str, Any], *,

@@ -203,3 +203,20 @@ def test_help_documents_the_measure_settings_and_their_defaults():
     for default in ("[default: 0.5]", "[default: 0.0]", "[default: 0.99]", "[default: 0.01]", "[default: 5]",
                     "[default: correlation]", "[default: spearman]"):
         assert default in text
+
+
+def test_new_measures_from_caches_and_in_a_study(tmp_path):
+    common = ["--data", "mnist1d", "--n", "48", "--batch-size", "16"]
+    for name, spec, seed in (("a", MLP_A, "0"), ("b", MLP_B, "1"), ("c", MLP_A, "2")):
+        done = invoke("capture", spec, *common, "--seed", seed, "--out", str(tmp_path / name))
+        assert done.exit_code == 0, done.output
+    metrics = ["--metric", "cca,shape_metric,ridge_r2,rsa", "--ridge-folds", "3", "--batch-size", "16", "--no-report"]
+    pair = invoke("compare", str(tmp_path / "a"), str(tmp_path / "b"), *metrics, "--out", str(tmp_path / "pair"))
+    assert pair.exit_code == 0, pair.output
+    many = invoke("compare", *(str(tmp_path / k) for k in "abc"), *metrics, "--out", str(tmp_path / "study"))
+    assert many.exit_code == 0, many.output
+    study = pd.read_csv(tmp_path / "study" / "study.csv")
+    ridge = study[study["metric"] == "ridge_r2"].pivot(index="model_a", columns="model_b", values="value")
+    assert np.allclose(np.diag(ridge.to_numpy()), 1.0, atol=0.05)        # a model predicts itself
+    assert not np.allclose(ridge.to_numpy(), ridge.to_numpy().T)          # directional
+    assert json.loads((tmp_path / "study" / "result.json").read_text())["meta"]["settings"]["ridge_folds"] == 3

@@ -56,7 +56,9 @@ def make_layers(n=N, seed=0, dtype=np.float64):
 
 
 XA, XB = make_layers()
-REF = {m: np.array([[one_shot(m, a, b) for b in XB] for a in XA]) for m in NEW}
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)
+    REF = {m: np.array([[one_shot(m, a, b) for b in XB] for a in XA]) for m in NEW}
 
 
 def feed(acc, xa, xb, sizes, start_index=0, offset=0):
@@ -269,3 +271,15 @@ def test_engine_compare_passes_the_settings_and_the_global_folds():
         assert result.matrix("rsa").iloc[i, 0] == pytest.approx(rsa(act, act_b, rsa_compare="pearson"), abs=1e-9)
     with pytest.raises(SimkitError, match="`ridge_folds` must be an integer >= 2"):
         compare(a, b, x, metrics=["ridge_r2"], ridge_folds=1, progress=False)
+
+
+@pytest.mark.parametrize("null", [0, 2])
+def test_self_similarity_on_the_diagonal(null):
+    xs = [XA[1], XA[2], XB[1]]
+    acc = make_accumulator(NEW, "exact", [x.shape[1] for x in xs], [x.shape[1] for x in xs], null=null,
+                           ridge_lambda=0.0, knn_k=4, rsa_distance="euclidean")
+    feed(acc, xs, xs, [20, 11])
+    values = acc.compute()
+    for m in NEW:
+        want = 0.0 if m in ("procrustes_angle", "shape_metric") else 1.0
+        np.testing.assert_allclose(np.diag(values[m]["value"]), want, atol=1e-6, err_msg=m)

@@ -22,6 +22,7 @@ from simkit.forward import resolve_device
 from simkit.io import atomic_write, write_json
 from simkit.layers import resolve_layers
 from simkit.progress import progress_bar
+from simkit.rundir import check_run_path
 from simkit.runinfo import run_meta
 
 
@@ -52,9 +53,22 @@ def capture(model: nn.Module, data: Any, out: str | Path, *, layers: str | Seque
         raise SimkitError("simkit capture runs in one process; launch it without torchrun")
     resolved = resolve_device(device)
     chosen = resolve_layers(model, layers)
-    path = Path(out)  # everything is checked: the first write
-    path.mkdir(parents=True, exist_ok=True)
-    (path / MANIFEST).unlink(missing_ok=True)
+    path = Path(out)
+    check_run_path(path, "out")
+    started_writing = False
+
+    def start_writing() -> None:
+        """The first write, once the first batch went through: an earlier cache there stops being one."""
+        nonlocal started_writing
+        if not started_writing:
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise SimkitError(f"cannot create the cache directory {path} ({exc.strerror}); choose "
+                                  "another `out`") from None
+            (path / MANIFEST).unlink(missing_ok=True)
+            started_writing = True
+
     model.to(resolved)
     shards: list[dict[str, Any]] = []
     pending: list[list[torch.Tensor]] = []
@@ -78,6 +92,7 @@ def capture(model: nn.Module, data: Any, out: str | Path, *, layers: str | Seque
     with Tap(model, chosen, model_name, reduce=reduce, output_index=output_index, device=resolved) as tap, bar:
         for _, batch in global_batches(data, batch_size, n):
             acts = [a.detach().to("cpu", dtype) for a in tap.step(batch)]
+            start_writing()
             dims = [int(a.shape[1]) for a in acts]
             pending.append(acts)
             pending_bytes += sum(a.numel() * a.element_size() for a in acts)
@@ -89,6 +104,7 @@ def capture(model: nn.Module, data: Any, out: str | Path, *, layers: str | Seque
         layer_rows = tap.layer_rows("a", dims) if rows else []
     if not rows:
         raise SimkitError("the data yielded no samples; check `data` and `n`")
+    start_writing()
     manifest = run_meta(
         format=FORMAT, model=model_name, data=data_label(data, data_name), n=rows, seed=seed,
         batch_size=batch_size, reduce=reduce, dtype=str(dtype).replace("torch.", ""),

@@ -116,9 +116,31 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not is_cache(path):
         raise SimkitError(f"{path} is not an activation cache (no {MANIFEST}); write one with `simkit capture`")
-    manifest: dict[str, Any] = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    try:
+        manifest: dict[str, Any] = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        detail = f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
+        raise SimkitError(f"{path / MANIFEST} is not valid JSON ({detail}); the cache is damaged: write it "
+                          "again with `simkit capture`") from None
+    if not isinstance(manifest, dict):
+        raise SimkitError(f"{path / MANIFEST} is not a cache manifest (a JSON object); write the cache again "
+                          "with `simkit capture`")
     if manifest.get("format") != FORMAT:
         raise SimkitError(f"{path} has cache format {manifest.get('format')!r}; this simkit reads {FORMAT}")
+    try:
+        layers = [str(layer["name"]) for layer in manifest["layers"]]
+        shards = [(str(shard["file"]), int(shard["rows"])) for shard in manifest["shards"]]
+        int(manifest["n"])
+        manifest["model"], manifest["data"]
+    except (KeyError, TypeError, ValueError):
+        raise SimkitError(f"{path / MANIFEST} lacks the layers, shards or sample count of a cache; write the "
+                          "cache again with `simkit capture`") from None
+    missing = [file for file, _ in shards if not (path / file).is_file()]
+    if missing:
+        raise SimkitError(f"cache {path} is incomplete: shard {missing[0]} is missing ({len(missing)} of "
+                          f"{len(shards)}); write the cache again with `simkit capture`")
+    if len(set(layers)) != len(layers):
+        raise SimkitError(f"{path / MANIFEST} names a layer twice; write the cache again with `simkit capture`")
     return manifest
 
 
@@ -145,8 +167,18 @@ def iter_cache(path: str | Path, layers: list[str]) -> Iterator[dict[str, torch.
     """Yield each shard's chosen layers, one shard in memory at a time."""
     manifest = read_manifest(path)
     for shard in manifest["shards"]:
-        with safe_open(str(Path(path) / shard["file"]), framework="pt") as handle:
-            yield {name: handle.get_tensor(name) for name in layers}
+        file = Path(path) / shard["file"]
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                tensors = {name: handle.get_tensor(name) for name in layers}
+        except Exception as exc:  # SafetensorError, OSError: a truncated, foreign or unreadable shard
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+            raise SimkitError(f"cache {path}: cannot read shard {shard['file']} ({first}); the cache is "
+                              "damaged: write it again with `simkit capture`") from None
+        if any(t.shape[0] != shard["rows"] for t in tensors.values()):
+            raise SimkitError(f"cache {path}: shard {shard['file']} does not hold the {shard['rows']} rows its "
+                              "manifest says; write the cache again with `simkit capture`")
+        yield tensors
 
 
 def stream_caches(paths: Sequence[str | Path], layers: Sequence[list[str]], batch_size: int, n: int | None,

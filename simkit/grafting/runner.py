@@ -17,7 +17,7 @@ from typing import Any
 
 from torch import nn
 
-from simkit.data import Dataset
+from simkit.data import Dataset, check_finite
 from simkit.errors import SimkitError
 from simkit.forward import check_accepts
 from simkit.grafting import experiments
@@ -58,6 +58,8 @@ def graft(model: nn.Module | None, data: Dataset | None, settings: GraftSettings
     timer = Timer()
     with timer("setup"):
         get_module(model, s.site()[0])
+        if isinstance(data, Dataset):
+            check_finite(data)
         check_rebuildable(model)
         task = make_task(s, model, data, progress=progress)
         check_accepts(task.make_model(), task.probe, "the model")

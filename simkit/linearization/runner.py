@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from simkit.data import Dataset
+from simkit.data import Dataset, check_finite
 from simkit.engine import compare
 from simkit.errors import SimkitError
 from simkit.forward import check_accepts, eval_mode, modes_kept, resolve_device
@@ -146,6 +146,8 @@ def linearize(model: nn.Module, data: Dataset, settings: LinearizeSettings | Non
     settings = settings if settings is not None else LinearizeSettings()
     settings.validate()
     device = resolve_device(device)
+    if isinstance(data, Dataset):
+        check_finite(data)
     train, tensors = _labelled(data, settings.seed)
     inputs = _inputs(settings, model, data) if isinstance(run_dir, str | Path) else {}
     x, y, x_test, y_test = (t.to(device) for t in tensors)

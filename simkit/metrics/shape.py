@@ -17,8 +17,9 @@ batches) and stored activations (``T0 = EₓᵀE_y`` with ``E = X̃V``, from the
 * ``svcca`` (Raghu et al. 2017): each side reduced to its top principal components explaining
   ``svcca_keep`` of the variance, then the mean canonical correlation ``Σρ / min(k_x, k_y)``.
 * ``pwcca`` (Morcos et al. 2018): ``Σ αᵢρᵢ`` with ``αᵢ ∝ Σ_j |⟨hᵢ, x̃_j⟩|``, ``hᵢ`` the unit canonical
-  variates of the side with fewer features (X on ties) and ``x̃_j`` its centred neuron columns. Not
-  symmetric when the widths differ (the weights come from the narrower side).
+  variates of the side with fewer features (X on ties) and ``x̃_j`` its centred neuron columns.
+  Symmetric for unequal widths (the narrower side weights both ways); for equal widths the weights come
+  from the first argument, so ``pwcca(x, y) ≠ pwcca(y, x)`` in general.
 * ``shape_metric`` (Williams et al. 2021, netrep ``LinearMetric(alpha, score_method="angular")``): both
   sides scaled to unit total variance, partially whitened by ``Z = V diag(α + (1−α) λ^{-1/2}) Vᵀ``, then
   the angular Procrustes distance ``arccos(‖(X̃Zₓ)ᵀ(ỸZ_y)‖_* / (‖X̃Zₓ‖_F ‖ỸZ_y‖_F))`` ∈ [0, π/2].
@@ -217,6 +218,9 @@ def _one_shot(x, y, measure: str, settings: MeasureSettings) -> float:
             warnings.warn(degenerate_message(measure, f"`{name}`", s, n, settings), RuntimeWarning, stacklevel=3)
             return float("nan")
     sx, sy = spectra
+    if sx.rank == 0 or sy.rank == 0:  # no variance above rounding: undefined, as for a constant input
+        warn_undefined("an input has no variance above rounding", 3, measure)
+        return float("nan")
     return pair_values(sx, sy, sx.basis.T @ sy.basis, [measure], settings)[measure]
 
 
@@ -255,7 +259,7 @@ def svcca(x, y, svcca_keep: float = 0.99, cca_eps: float = 0.0) -> float:
 
 def pwcca(x, y, cca_eps: float = 0.0) -> float:
     """Projection-weighted CCA (Morcos et al.) of ``x (n, p)``, ``y (n, q)`` → float in [0, 1]; weights from
-    the narrower side (X on ties), so not symmetric for unequal widths."""
+    the narrower side (X on ties): symmetric for unequal widths, not for equal ones."""
     return _one_shot(x, y, "pwcca", MeasureSettings(cca_eps=check_eps(cca_eps)))
 
 

@@ -257,16 +257,63 @@ def read_state_dict(path: Path, spec: str) -> dict[str, torch.Tensor]:
         except Exception as exc:  # SafetensorError, OSError: a truncated or foreign file
             raise SimkitError(f"model spec {spec!r}: cannot read {str(path)!r} as safetensors "
                               f"({str(exc).strip()[:160]}); write it with simkit.models.save_model") from None
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:
+    state, needs_code = _load_weights_only(path, spec)
+    if needs_code:
         raise SimkitError(f"model spec {spec!r}: {str(path)!r} is not a plain state dict (it needs "
-                          "unpickling); save model.state_dict() or use save_model") from None
+                          "unpickling); save model.state_dict() or use save_model")
     if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
         state = state["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise SimkitError(f"model spec {spec!r}: {str(path)!r} is not a state dict of tensors")
     return state
+
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0][:160]}" if lines else type(exc).__name__
+
+
+# the pickle stream of torch.save's legacy format starts with a protocol opcode and torch's magic number
+_LEGACY_MAGIC = b"\x8a\nl\xfc\x9cF\xf9 j\xa8"
+
+
+def _sniff_torch_file(path: Path, spec: str) -> None:
+    """Refuse, with one line, a file that is no ``torch.save`` file at all: random bytes, a zip archive
+    of something else, or a truncated or corrupt zip (what ``torch.load`` would meet halfway)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(16)
+    except OSError as exc:
+        raise SimkitError(f"model spec {spec!r}: cannot read {str(path)!r} ({exc.strerror})") from None
+    if head.startswith(b"PK"):
+        if not zipfile.is_zipfile(path):
+            raise SimkitError(f"model spec {spec!r}: {str(path)!r} is a truncated or corrupt torch file (its zip "
+                              "directory cannot be read); save or copy it again")
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+        if not any(name.endswith("/data.pkl") for name in names):
+            raise SimkitError(f"model spec {spec!r}: {str(path)!r} is a zip archive but not a torch.save file "
+                              "(no data.pkl); give a .safetensors, TorchScript or torch.save file")
+        return
+    if head[:1] == b"\x80" and head[2:12] == _LEGACY_MAGIC:
+        return
+    raise SimkitError(f"model spec {spec!r}: {str(path)!r} is not a model file simkit can read (neither "
+                      "safetensors, TorchScript nor a torch.save file); save the model with "
+                      "simkit.models.save_model")
+
+
+def _load_weights_only(path: Path, spec: str) -> tuple[Any, bool]:
+    """``(object, False)`` from ``torch.load(weights_only=True)``, or ``(None, True)`` when the file is
+    a valid torch file that needs unpickling code; a corrupt file is a one-line SimkitError."""
+    _sniff_torch_file(path, spec)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True), False
+    except Exception as exc:
+        if "Unsupported global" in str(exc) or "Unsupported operand" in str(exc):
+            return None, True
+        raise SimkitError(f"model spec {spec!r}: {str(path)!r} is a corrupt or truncated torch file "
+                          f"({_first_line(exc)}); save or copy it again") from None
 
 
 def load_weights(model: nn.Module, weights: str | Path, spec: str) -> None:
@@ -304,17 +351,25 @@ def _file(*, spec, rest, seed, trust, num_classes) -> nn.Module:
     if _is_torchscript(path):
         with warnings.catch_warnings():  # torch marks TorchScript deprecated; the file is still valid
             warnings.filterwarnings("ignore", message=".*torch.jit.load.* is deprecated", category=FutureWarning)
-            return torch.jit.load(str(path), map_location="cpu")
+            try:
+                return torch.jit.load(str(path), map_location="cpu")
+            except Exception as exc:  # a truncated or corrupt archive, or a foreign one with code/
+                raise SimkitError(f"model spec {spec!r}: cannot load {str(path)!r} as TorchScript "
+                                  f"({_first_line(exc)}); save or copy it again") from None
     if arch:
         return _with_state(arch, path, spec, seed, num_classes)
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:
+    obj, needs_code = _load_weights_only(path, spec)
+    if needs_code:
         if not trust:
             raise SimkitError(f"model spec {spec!r}: {str(path)!r} is a pickled object and loading it "
                               "executes code from the file; pass `trust` if you trust it, "
-                              "or save with simkit.models.save_model") from None
-        obj = torch.load(path, map_location="cpu", weights_only=False)
+                              "or save with simkit.models.save_model")
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as exc:  # the file's own code, or a class it names that is not importable here
+            raise SimkitError(f"model spec {spec!r}: cannot unpickle {str(path)!r} ({_first_line(exc)}); "
+                              "save the model with simkit.models.save_model, or check that the code its "
+                              "classes come from is importable") from None
     if isinstance(obj, dict):
         raise SimkitError(f"model spec {spec!r}: {str(path)!r} is a state dict; name its architecture "
                           "with file:PATH,arch=SPEC (e.g. arch=torchvision:resnet18)")

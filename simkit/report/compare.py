@@ -22,8 +22,8 @@ _NOTES = {
     "ridge_r2": "ridge_r2 is directional: each row (a layer of A) predicts a column (a layer of B) by "
                 "cross-validated ridge regression, so the matrix is not symmetric; swap the models for the "
                 "other direction. 1 is a perfect prediction, 0 no better than the mean, negative worse.",
-    "pwcca": "pwcca weights the canonical correlations by the narrower layer of each pair, so it is not "
-             "symmetric when the widths differ.",
+    "pwcca": "pwcca weights the canonical correlations by the narrower layer of each pair (the layer of A "
+             "when both are equally wide, so then it is not symmetric).",
     "procrustes_angle": "procrustes_angle is an angular distance in [0, π/2]: 0 is identical up to rotation "
                         "and scale; best matches are the smallest values.",
     "shape_metric": "shape_metric is netrep's angular shape distance in [0, π/2] (lower is more similar); "
@@ -117,7 +117,8 @@ def null_band(table: pd.DataFrame, metrics: list[str]) -> list[dict]:
             "null_mean": float(rows["null_mean"].mean()) if "null_mean" in rows else float("nan"),
             "null_p95_mean": float(rows["null_p95"].mean()),
             "null_p95_max": float(rows["null_p95"].max()),
-            "above": int((finite["value"] > finite["null_p95"]).sum()),
+            # a distance is similar when small: its count above the p95 would mislead, so none is given
+            "above": None if metric in _DISTANCE_METRICS else int((finite["value"] > finite["null_p95"]).sum()),
             "pairs": len(rows),
         })
     return out

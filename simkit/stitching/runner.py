@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from simkit.data import Dataset
+from simkit.data import Dataset, check_finite
 from simkit.errors import SimkitError
 from simkit.forward import check_accepts, modes_kept, resolve_device
 from simkit.results import StitchResult
@@ -146,6 +146,7 @@ def stitch(model_a: nn.Module, model_b: nn.Module, data: Dataset, settings: Stit
     dev = resolve_device(device)
     with timer("load"):
         dataset = data.cap(settings.n)
+        check_finite(dataset)
         train, test = dataset.train_test(seed=seed)
     x_train, y_train = train.inputs, train.labels
     x_test, y_test = test.inputs, test.labels

@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from simkit.data import Dataset
+from simkit.data import Dataset, check_finite
 from simkit.engine import compare
 from simkit.errors import SimkitError, unknown_name_error
 from simkit.forward import check_accepts, resolve_device, to_device
@@ -174,6 +174,7 @@ def convert(guide: nn.Module, data: Dataset, settings: ConvertSettings | None = 
     with timer("load"):
         guide.to(device)
         data = data.cap(settings.n)  # `n` means the same for every Dataset: cap, then split
+        check_finite(data)
         train, test = data.train_test(seed=seed)
         task = Task.infer(train.inputs, train.labels)
         train_x, test_x = to_device(train.inputs, device), to_device(test.inputs, device)

@@ -9,6 +9,7 @@ one from its options; ``inputs.json`` and ``meta.settings`` are written from :me
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,6 +93,20 @@ class ConvertSettings:
                 raise SimkitError(f"`{name}` must be a positive integer, got {value}")
         if self.n is not None and self.n < 1:
             raise SimkitError(f"`n` must be at least 1, got {self.n}")
+        for name in ("rank", "group", "eval_samples"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SimkitError(f"`{name}` must be a positive integer, got {value!r}")
+        if isinstance(self.plateau_window, bool) or not isinstance(self.plateau_window, int) \
+                or self.plateau_window < 0:
+            raise SimkitError(f"`plateau_window` must be an integer >= 0 (0 = off), got {self.plateau_window!r}")
+        for name in ("finetune_epochs", "train_guide"):
+            _real(name, getattr(self, name), 0)
+        _real("head_epochs", self.head_epochs, 0, optional=True)
+        _real("lr", self.lr, 0, strict=True)
+        _real("finetune_lr", self.finetune_lr, 0, strict=True, optional=True)
+        _real("kd_temperature", self.kd_temperature, 0, strict=True)
+        _real("stop_loss", self.stop_loss, float("-inf"), optional=True)
         return self
 
     @property
@@ -127,3 +142,14 @@ def _check_names(values: Sequence[str], valid: Sequence[str], kind: str, field_n
 def unique(values: Sequence[str]) -> list[str]:
     """``values`` without duplicates, in their order."""
     return list(dict.fromkeys(values))
+
+
+def _real(name: str, value: Any, low: float, *, strict: bool = False, optional: bool = False) -> None:
+    """A finite real number ``> low`` (strict) or ``>= low``; None allowed when ``optional``."""
+    if optional and value is None:
+        return
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and (
+        value > low if strict else value >= low)
+    if not ok:
+        bound = f"> {low:g}" if strict else f">= {low:g}"
+        raise SimkitError(f"`{name}` must be a finite number {bound}, got {value!r}")

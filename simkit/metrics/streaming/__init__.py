@@ -131,8 +131,6 @@ __all__ = ["KINDS", "METRICS", "MODES", "Accumulator", "feature_path_bytes", "fo
 METRICS = ("linear_cka", "unbiased_cka", "rbf_cka", "mutual_knn", *SHAPE_MEASURES, "rsa", "ridge_r2",
            "jaccard_knn")
 MODES = ("exact", "minibatch")
-#: measures whose matrix is not symmetric in (A, B) even for the same layers on both sides
-DIRECTIONAL = ("ridge_r2", "pwcca")
 
 
 class Accumulator:

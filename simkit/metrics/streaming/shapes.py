@@ -37,7 +37,7 @@ def shape_notes(measure: str) -> str:
         "procrustes_angle": "arccos of the Procrustes similarity (angular shape distance, alpha = 1)",
         "cca": "mean squared canonical correlation, whitened on the numerical rank",
         "svcca": "mean canonical correlation of the top principal components (svcca_keep of the variance)",
-        "pwcca": "projection-weighted CCA, weights from the narrower model's layer (not symmetric then)",
+        "pwcca": "projection-weighted CCA, weights from the narrower layer (A's on equal widths, then not symmetric)",
         "shape_metric": "netrep angular shape distance, both sides scaled to unit variance",
     }[measure]
 
@@ -64,9 +64,9 @@ def shape_values(measures: Sequence[str], spec_a: Sequence[Spectrum], spec_b: Se
                         warnings.warn(degenerate_message(m, layer_names[k], specs[k], n, settings),
                                       RuntimeWarning, stacklevel=5)
     for i in range(la):
-        if bool(const_a[i]):
+        if bool(const_a[i]) or spec_a[i].rank == 0:  # rank 0: no variance above rounding, as constant
             continue
-        wanted = [j for j in range(lb) if not bool(const_b[j])]
+        wanted = [j for j in range(lb) if not bool(const_b[j]) and spec_b[j].rank > 0]
         if not wanted:
             continue
         t0s = cross(i)

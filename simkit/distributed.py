@@ -5,6 +5,7 @@ Accumulators are sums, so combining ranks is one ``all_reduce``; rank 0 writes f
 
 from __future__ import annotations
 
+import atexit
 import os
 
 import torch
@@ -22,7 +23,13 @@ def init_if_launched(device: str = "cpu") -> bool:
     if not dist.is_initialized():
         backend = "nccl" if device.startswith("cuda") else "gloo"
         dist.init_process_group(backend=backend)
+        atexit.register(_shutdown)  # leave the group before the interpreter tears its threads down
     return True
+
+
+def _shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def is_distributed() -> bool:

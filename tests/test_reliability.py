@@ -384,7 +384,7 @@ def test_module_names_fx_cannot_print_are_traced(command, files, tmp_path, monke
         "linearize": ["linearize", odd, "--data", "digits", "--n", "120", "--epochs", "1", "--omega", "1e-2",
                       "--granularity", "layer", "--batch-size", "64", "--no-cka"],
         "graft": ["graft", odd, "--data", "digits", "--n", "16", "--steps", "3", "--batch-size", "8",
-                  "--after", 'conv"2', "--branch", "conv"],
+                  "--after", 'conv"2', "--branch", "conv", "--steps", "6"],
         "compare": ["compare", odd, odd, "--data", "digits", "--n", "32", "--layers-a", 'conv"1,act 1',
                     "--layers-b", 'conv"2'],
     }[command]
@@ -394,6 +394,13 @@ def test_module_names_fx_cannot_print_are_traced(command, files, tmp_path, monke
 
     loaded = simkit.load(tmp_path / "run")
     assert loaded.summary
+    names = {  # the tables name the modules as the model does
+        "stitch": lambda r: set(r.tables["stitching"]["layer_a"]) == {"act 1"},
+        "linearize": lambda r: set(r.tables["layers"]["layer"]) == {"act 1", "act-2"},
+        "graft": lambda r: set(r.tables["e1"]["after"]) == {'conv"2'} and 'conv"1' in set(r.tables["e3"]["site"]),
+        "compare": lambda r: set(r.tables["similarity"]["layer_a"]) == {'conv"1', "act 1"},
+    }[command]
+    assert names(loaded), loaded.tables
 
 
 # ------------------------------------------------------------------------ real subprocesses

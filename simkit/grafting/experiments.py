@@ -34,7 +34,7 @@ from simkit.grafting.tasks import Task, save_task
 from simkit.io import save_torch, write_json
 from simkit.seeding import derive_seed
 from simkit.surgery.branches import GatedResidual, MLPBranch
-from simkit.surgery.cone import CachedRunner, downstream_cone, find_node, trace
+from simkit.surgery.cone import CachedRunner, downstream_cone, find_node, original_target, trace
 from simkit.surgery.log import GraftLog
 from simkit.surgery.ops import Graft, graft_gated_residual
 from simkit.training import (
@@ -194,8 +194,8 @@ def e3_sites(model: nn.Module, s: GraftSettings, builtin: bool) -> tuple[list[st
         sites = ["embed"] + [f"blocks.{i}" for i in range(len(blocks))]
         return sites, sites
     gm = trace(model)
-    names = [str(n.target) for n in gm.graph.nodes if n.op == "call_module"]
-    names = list(dict.fromkeys(n for n in names if sum(str(m.target) == n for m in gm.graph.nodes) == 1))
+    names = [original_target(gm, n.target) for n in gm.graph.nodes if n.op == "call_module"]  # the model's names
+    names = list(dict.fromkeys(n for n in names if names.count(n) == 1))
     if len(names) > s.max_e3_sites:
         pick = np.linspace(0, len(names) - 1, s.max_e3_sites).round().astype(int)
         names = [names[i] for i in sorted(set(pick))]

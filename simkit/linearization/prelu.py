@@ -23,7 +23,7 @@ from simkit.errors import SimkitError
 from simkit.layers import record_layers
 from simkit.linearization.slope import SlopeReLU
 from simkit.linearization.trace import dry_run, trace
-from simkit.surgery import replace_module
+from simkit.surgery import printable_name, replace_module
 
 GRANULARITIES = ("channel", "layer")
 
@@ -102,7 +102,8 @@ def explicit_relus(model: nn.Module) -> tuple[fx.GraphModule, list[ReluSite]]:
             name = str(node.target)
             seen_targets.add(name)
         else:
-            base = str(node.target) if node.op == "call_module" else ".".join(p for p in (_scope(node), "relu") if p)
+            base = str(node.target) if node.op == "call_module" else \
+                printable_name(".".join(p for p in (_scope(node), "relu") if p))
             name = _unique_name(base, taken, gm)
         taken.add(name)
         gm.add_submodule(name, nn.ReLU())

@@ -1,7 +1,7 @@
 """torch.fx tracing for linearization: one tracer, one clear error for untraceable forwards.
 
-The tracer keeps every ``torch.nn`` module as a leaf (fx's default) and also :class:`SlopeReLU`, so a
-traced graph shows each activation site as one node.
+The tracer (simkit's one, ``simkit.surgery.trace``) keeps every ``torch.nn`` module as a leaf (fx's
+default) and also :class:`SlopeReLU`, so a traced graph shows each activation site as one node.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from torch import nn
 from simkit.errors import SimkitError
 from simkit.forward import forward_error
 from simkit.linearization.slope import SlopeReLU
+from simkit.surgery import trace as surgery_trace
 
 UNTRACEABLE_HINT = (
     "NAPL and linearization need a torch.fx-traceable forward: replace Python `if`/`for` on tensor "
@@ -23,27 +24,16 @@ UNTRACEABLE_HINT = (
 )
 
 
-class LeafTracer(fx.Tracer):
-    """fx tracer that also treats simkit's slope activations as leaves (one node per call)."""
-
-    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        return isinstance(m, SlopeReLU) or super().is_leaf_module(m, module_qualified_name)
-
-
 def trace(model: nn.Module) -> fx.GraphModule:
-    """The model as an fx GraphModule sharing its parameters (a GraphModule is re-traced the same way).
+    """The model as an fx GraphModule sharing its parameters (a GraphModule is re-traced the same way),
+    every ``torch.nn`` module and :class:`SlopeReLU` one node; through simkit's one tracer
+    (``simkit.surgery.trace``: module names fx cannot print are sanitised in the graph, see
+    ``simkit.surgery.original_target``).
 
     Raises SimkitError naming the failure when the forward cannot be traced symbolically.
     """
-    tracer = LeafTracer()
-    try:
-        graph = tracer.trace(model)
-    except Exception as exc:  # fx raises TraceError, TypeError, ... for control flow on proxies
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SimkitError(f"cannot trace {type(model).__name__} with torch.fx ({type(exc).__name__}: "
-                          f"{first[:160]}); {UNTRACEABLE_HINT}") from None
-    name = type(model).__name__
-    return fx.GraphModule(tracer.root, graph, name)
+    return surgery_trace(model, leaf_types=(SlopeReLU,), hint=UNTRACEABLE_HINT, class_name=type(model).__name__,
+                         message="cannot trace {model} with torch.fx ({detail}); {hint}")
 
 
 def dry_run(run: Callable[..., Any], example: torch.Tensor | dict[str, torch.Tensor]) -> None:

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from simkit.errors import SimkitError, unknown_name_error
 from simkit.layers import record_layers, select_output
-from simkit.surgery import find_node, trace
+from simkit.surgery import find_node, graph_target, keep_original_targets, original_target, trace
 
 # Modules that only reshape or pass through their input add no layer of their own to FuLA.
 PASS_THROUGH = (nn.Flatten, nn.Unflatten, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Identity)
@@ -178,7 +178,8 @@ def _cut_graph(model: nn.Module, layer: str) -> tuple[torch.fx.GraphModule | Non
     for node in graph.nodes:
         if node in needed and node is not cut:
             env[node] = back.node_copy(node, lambda n: env[n])
-    module = torch.fx.GraphModule(model, back)
+    module = torch.fx.GraphModule(traced, back)  # traced: its module names are the graph's (printable)
+    keep_original_targets(traced, module)
     return module, ""
 
 
@@ -213,7 +214,8 @@ class BackHalf(_FrozenHalf):
                 param.requires_grad_(False)
             names = [str(n.target) for n in graph_module.graph.nodes if n.op == "call_module"]
             mods = dict(graph_module.named_modules())
-            self.later_layers = [n for n in names if not isinstance(mods[n], PASS_THROUGH)]
+            self.later_layers = [original_target(graph_module, n) for n in names  # B's own module names
+                                 if not isinstance(mods[n], PASS_THROUGH)]
 
     def probe(self, x: Tensor) -> None:
         """Replace mode: find the leaf layers called after the stitch layer on a sample batch ``x``."""
@@ -243,8 +245,13 @@ class BackHalf(_FrozenHalf):
 
     @property
     def module(self) -> nn.Module:
-        """The module whose submodule names :attr:`later_layers` refers to."""
+        """The module that runs the back half (its submodules named as :meth:`module_names` says)."""
         return self.back if self.back is not None else self.model
+
+    def module_names(self, names: Sequence[str]) -> list[str]:
+        """B's module ``names`` (as :attr:`later_layers`) as :attr:`module` names them: the cut's graph
+        renames modules whose names torch.fx cannot print (``simkit.surgery.graph_target``)."""
+        return [graph_target(self.back, n) if self.back is not None else n for n in names]
 
     def forward(self, h: Tensor, x: Tensor | None = None) -> Tensor:
         if self.back is not None:

@@ -73,10 +73,11 @@ class StitchLoss:
         if self.objective == "dm":
             return dm_loss(stitched, b_acts[model.back.layer])
         layers = self.layers
-        with record(model.back.module, layers) as acts:
+        inside = model.back.module_names(layers)  # the same modules, as the back half names them
+        with record(model.back.module, inside) as acts:
             logits = model.back(stitched, x)
         if self.objective == "slm":
             return slm_loss(logits, b_logits)
-        hs = [stitched] + [acts[name] for name in layers]
+        hs = [stitched] + [acts[name] for name in inside]
         targets = [b_acts[model.back.layer]] + [b_acts[name] for name in layers]
         return fula_loss(hs, targets)

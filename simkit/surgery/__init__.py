@@ -9,7 +9,16 @@ exact-surgery verification suite (``simkit graft``) that trains grafted models i
 """
 
 from simkit.surgery.branches import BRANCHES, ConvBranch, GatedResidual, MLPBranch, build_branch
-from simkit.surgery.cone import CachedRunner, downstream_cone, find_node, trace
+from simkit.surgery.cone import (
+    CachedRunner,
+    downstream_cone,
+    find_node,
+    graph_target,
+    keep_original_targets,
+    original_target,
+    printable_name,
+    trace,
+)
 from simkit.surgery.exact import bit_mismatches, negative_zeros, preconditions
 from simkit.surgery.log import GraftLog
 from simkit.surgery.ops import Graft, get_module, graft_gated_residual, insert_after, replace_module
@@ -17,6 +26,7 @@ from simkit.surgery.optim import add_new_params
 
 __all__ = [
     "BRANCHES", "CachedRunner", "ConvBranch", "GatedResidual", "Graft", "GraftLog", "MLPBranch",
-    "add_new_params", "bit_mismatches", "build_branch", "downstream_cone", "find_node", "get_module",
-    "graft_gated_residual", "insert_after", "negative_zeros", "preconditions", "replace_module", "trace",
+    "add_new_params", "bit_mismatches", "build_branch", "downstream_cone", "find_node", "get_module", "graph_target", "keep_original_targets",
+    "graft_gated_residual", "insert_after", "negative_zeros", "original_target", "preconditions", "printable_name",
+    "replace_module", "trace",
 ]

@@ -76,6 +76,10 @@ class RunDir:
         if differences:
             raise SimkitError(f"`resume`: {out} was made with other inputs ({'; '.join(differences)}); resume "
                               "with the same inputs or start over in a new `run_dir`")
+        for checkpoint in sorted(self.checkpoints.glob("*.pt")) if self.checkpoints.is_dir() else []:
+            if not checkpoint.name.startswith(".") and not _complete_torch_file(checkpoint):
+                raise SimkitError(f"`resume`: checkpoint {checkpoint} is truncated or corrupt (not a complete torch "
+                                  "file); delete it and resume again (its stage reruns), or start over without `resume`")
 
     def start(self) -> RunDir:
         """Make the directory this run's (once; later calls do nothing). Fresh: remove the earlier run's
@@ -90,18 +94,26 @@ class RunDir:
         if not is_main_process():
             return self
         made = [p for p in (self.path, *self.path.parents) if not p.exists()]  # deepest first
+        # the earlier run's checkpoints are moved aside (one rename), inputs.json written, and only then
+        # removed: a start that fails puts them back, so the earlier run stays as it was
+        aside = self.path / f".{CHECKPOINTS_DIR}.discarded"
         if self.checkpoints.is_dir():
             try:
-                shutil.rmtree(self.checkpoints)
+                if aside.exists():
+                    shutil.rmtree(aside)
+                self.checkpoints.rename(aside)
             except OSError as exc:
                 raise SimkitError(f"cannot remove {self.checkpoints} of the earlier run ({exc.strerror}); "
                                   "delete it or choose another `run_dir`") from None
         try:
             write_json(self.path / INPUTS_FILE, self.record)
         except OSError as exc:
+            if aside.is_dir():
+                aside.rename(self.checkpoints)
             _remove_empty(made)
             raise SimkitError(f"cannot write {self.path / INPUTS_FILE} ({exc.strerror}); choose another "
                               "`run_dir`") from None
+        shutil.rmtree(aside, ignore_errors=True)
         if made:
             _created.append((self.path / INPUTS_FILE, made))
         return self
@@ -185,6 +197,20 @@ def _feed(digest: Any, value: Any) -> None:
         _feed(digest, {"inputs": value.inputs, "labels": value.labels, "test": getattr(value, "test", None)})
     else:
         digest.update(json.dumps(_plain(value), sort_keys=True).encode() + b"\0")
+
+
+def _complete_torch_file(path: Path) -> bool:
+    """True when ``path`` is a whole ``torch.save`` zip archive (its directory readable, data.pkl in it);
+    cheap: reads the zip directory only."""
+    import zipfile
+
+    try:
+        if not zipfile.is_zipfile(path):
+            return False
+        with zipfile.ZipFile(path) as archive:
+            return any(name.endswith("/data.pkl") for name in archive.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
 
 
 def discard_unused_runs() -> None:

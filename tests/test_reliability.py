@@ -140,9 +140,10 @@ CASES = [
     case("convert-data-typo", good("convert", "--data", "digts"), "digits"),
     case("convert-n-zero", good("convert", "--n", "0"), "--n"),
     case("convert-guide-missing-file", ["convert", "file:{f}/missing.pt", *good("convert")[2:]], "does not exist"),
-    case("convert-guide-random-bytes", ["convert", "file:{f}/random.pt", *good("convert")[2:]], "random.pt"),
+    case("convert-guide-random-bytes", ["convert", "file:{f}/random.pt", *good("convert")[2:]],
+         "random.pt' is not a model file simkit can read"),  # not "a pickled object, pass --trust"
     case("convert-guide-random-bytes-trust", ["convert", "file:{f}/random.pt", *good("convert")[2:], "--trust"],
-         "random.pt"),
+         "random.pt' is not a model file simkit can read"),
     case("convert-plan-missing", good("convert", "--plan", "{f}/noplan.py:make"), "noplan.py"),
     case("convert-out-is-a-file", good("convert"), "is an existing file", out="{f}/afile"),
     case("convert-out-under-a-file", good("convert"), "which is a file", out="{f}/afile/run"),
@@ -167,7 +168,12 @@ CASES = [
     case("stitch-model-b-random-bytes-trust", ["stitch", CNN, "file:{f}/random.pt", *good("stitch")[3:], "--trust"],
          "random.pt"),
     case("stitch-model-truncated-pickle-trust",
-         ["stitch", "file:{f}/pickled_trunc.pt", CNN, *good("stitch")[3:], "--trust"], "pickled_trunc.pt"),
+         ["stitch", "file:{f}/pickled_trunc.pt", CNN, *good("stitch")[3:], "--trust"],
+         "pickled_trunc.pt' is a truncated or corrupt torch file"),
+    case("stitch-model-pickled-without-trust", ["stitch", "file:{f}/pickled.pt", CNN, *good("stitch")[3:]],
+         "is a pickled object and loading it executes code from the file; pass --trust"),
+    case("stitch-resume-truncated-checkpoint", good("stitch", "--resume"), "is truncated or corrupt",
+         out="earlier+truncated-checkpoint"),
     case("stitch-resume-changed", good("stitch", "--resume", "--seed", "2"), "seed: 0 → 2"),
     # --- linearize
     case("linearize-omega-not-a-number", good("linearize", "--omega", "abc", drop=("--omega",)), "--omega"),
@@ -180,7 +186,10 @@ CASES = [
     case("linearize-batch-size-zero", good("linearize", "--batch-size", "0"), "--batch-size"),
     case("linearize-nan-held-out", good("linearize", "--data", "npy:{f}/nan_late.npy,labels={f}/y.npy"), "NaN"),
     case("linearize-weights-random-bytes", good("linearize", "--weights", "{f}/random.pt"), "random.pt"),
-    case("linearize-weights-truncated", good("linearize", "--weights", "{f}/trunc.pt"), "trunc.pt"),
+    case("linearize-weights-truncated", good("linearize", "--weights", "{f}/trunc.pt"),
+         "trunc.pt' is a truncated or corrupt torch file"),
+    case("linearize-resume-random-checkpoint", good("linearize", "--resume"), "is truncated or corrupt",
+         out="earlier+random-checkpoint"),
     case("linearize-weights-wrong-architecture", good("linearize", "--weights", "{f}/linear.pt"), "do not fit"),
     case("linearize-out-name-too-long", good("linearize"), "too long", out="new/" + LONG),
     case("linearize-out-under-a-file", good("linearize"), "which is a file", out="{f}/afile/run"),
@@ -198,6 +207,10 @@ CASES = [
     case("graft-after-typo-user-model", ["graft", CNN, "--after", "blocks.9", "--data", "digits", "--steps", "6",
                                          "--n", "16", "--no-report"], "blocks.9", out="new"),
     case("graft-resume-changed", good("graft", "--resume", "--seed", "3"), "seed: 0 → 3"),
+    case("graft-resume-truncated-checkpoint", good("graft", "--resume"), "is truncated or corrupt",
+         out="earlier+truncated-checkpoint"),
+    case("convert-resume-truncated-checkpoint", good("convert", "--resume"), "is truncated or corrupt",
+         out="earlier+truncated-checkpoint"),
     # --- capture
     case("capture-layer-typo", good("capture", "--layers", "blocks.9"), "blocks.9"),
     case("capture-batch-size-zero", good("capture", "--batch-size", "0"), "--batch-size"),
@@ -223,9 +236,9 @@ CASES = [
                                                "--layers-b", "split", "--output-index", "5", "--no-report"],
          "5 is out of range of a tuple of 2 (indices 0 to 1)"),
     case("compare-model-foreign-zip-trust", ["compare", "file:{f}/foreign.pt", CNN, *good("compare")[3:], "--trust"],
-         "foreign.pt"),
+         "foreign.pt' is a zip archive but not a torch.save file"),
     case("compare-model-truncated-state-dict", ["compare", "file:{f}/trunc.pt", CNN, *good("compare")[3:]],
-         "trunc.pt"),
+         "trunc.pt' is a truncated or corrupt torch file"),  # not "a pickled object"
     # --- layers, napl, report (no --out)
     case("layers-binary-text-file", ["layers", LLAMA, "--data", "text:{f}/binary.txt,tokenizer=bytes"], "binary.txt",
          out=None),
@@ -325,9 +338,13 @@ def earlier(tmp_path_factory):
 def out_for(c: Case, files: Path, earlier, tmp_path: Path) -> Path | None:
     if c.out is None:
         return None
-    if c.out == "earlier":
+    if c.out.startswith("earlier"):
         out = tmp_path / "run"
         shutil.copytree(earlier(c.args[0]), out, copy_function=shutil.copy2)
+        if c.out.endswith("-checkpoint"):  # the last checkpoint damaged: truncated or random bytes
+            damaged = sorted((out / "checkpoints").glob("*.pt"))[-1]
+            damaged.write_bytes(damaged.read_bytes()[:1000] if c.out.endswith("truncated-checkpoint")
+                                else np.random.default_rng(1).bytes(1000))
         return out
     if c.out == "new":
         return tmp_path / "new" / "run"
@@ -424,3 +441,36 @@ def test_bad_input_in_a_real_process_prints_one_line(c: Case, files, earlier, tm
     assert line.startswith("error: ") and c.says in line, line
     if before is not None:
         assert snapshot(out) == before
+
+
+def test_a_start_that_fails_to_write_leaves_the_earlier_run_as_it_was(earlier, tmp_path, monkeypatch):
+    """The earlier run's checkpoints go only once the new inputs.json is written."""
+    import errno
+
+    import simkit.io
+
+    out = tmp_path / "run"
+    shutil.copytree(earlier("stitch"), out, copy_function=shutil.copy2)
+    before = snapshot(out)
+
+    def full_disk(path, obj):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(simkit.io, "write_json", full_disk)
+    result = invoke(*good("stitch", "--seed", "5"), "--out", out)
+    assert result.exit_code == 2, result.output
+    assert "No space left on device" in one_line(result.output)
+    assert snapshot(out) == before
+    assert sorted(p.name for p in out.iterdir()) == sorted({Path(k).parts[0] for k in before})
+
+
+def test_a_capture_that_fails_mid_way_keeps_the_earlier_cache_readable(files, tmp_path):
+    """capture touches an earlier cache only once its first batch went through."""
+    out = tmp_path / "cache"
+    shutil.copytree(files / "cache", out, copy_function=shutil.copy2)
+    before = snapshot(out)
+    result = invoke("capture", CNN, "--data", "digits", "--n", "64", "--layers", "blocks.0",
+                    "--reduce", "cls", "--out", out)  # a reduction that the first batch refuses
+    assert result.exit_code == 2, result.output
+    one_line(result.output)
+    assert snapshot(out) == before

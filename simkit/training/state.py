@@ -72,7 +72,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise SimkitError(f"no checkpoint at {path}; run without `resume` first") from None
     except Exception as exc:  # a corrupt or foreign file
-        raise SimkitError(f"{path} is not a readable simkit checkpoint ({type(exc).__name__}: {exc}); "
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")[:160]
+        raise SimkitError(f"{path} is not a readable simkit checkpoint ({type(exc).__name__}: {first}); "
                           "delete it and rerun without `resume`") from None
     if not isinstance(data, dict) or data.get("version") != CHECKPOINT_VERSION:
         raise SimkitError(f"{path} is not a simkit checkpoint of version {CHECKPOINT_VERSION}; "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import re
 import sys
 from pathlib import Path
@@ -78,15 +79,16 @@ def command(*args: Any, arg_flags: dict[str, str] | None = None, **kwargs: Any):
         @functools.wraps(func)
         def wrapper(*a: Any, **kw: Any):
             try:
-                from simkit.distributed import init_if_launched
-
                 if kw.get("device") is not None:  # a device that is not there fails before anything is written
                     from simkit.forward import resolve_device
 
                     resolve_device(kw["device"])
                 if isinstance(kw.get("out"), str | Path):  # --out is checked before anything runs
                     check_run_path(kw["out"])
-                init_if_launched(str(kw.get("device") or "cpu"))  # under torchrun: join its process group
+                if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun: join its process group
+                    from simkit.distributed import init_if_launched  # (torch: only where it is needed)
+
+                    init_if_launched(str(kw.get("device") or "cpu"))
                 return func(*a, **kw)
             except SimkitError as exc:
                 discard_unused_runs()

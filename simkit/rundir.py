@@ -22,9 +22,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import nn
-
 from simkit.errors import SimkitError
 
 INPUTS_FILE = "inputs.json"
@@ -178,7 +175,9 @@ def fingerprint(value: Any) -> str:
 
 
 def _feed(digest: Any, value: Any) -> None:
-    if isinstance(value, nn.Module):
+    import torch  # here, not at the top: the CLI imports this module on every command, --help included
+
+    if isinstance(value, torch.nn.Module):
         digest.update(f"module {type(value).__qualname__}\0".encode())
         _feed(digest, value.state_dict())
     elif isinstance(value, torch.Tensor):

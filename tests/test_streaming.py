@@ -441,7 +441,7 @@ def _rank_main(rank: int, world: int, init: str, out: str, sizes: list[int]) -> 
                               ("minibatch", ["linear_cka", "unbiased_cka", "rbf_cka"])):
             acc = make_accumulator(metrics, mode, dims(xa), dims(xb), null=3 if mode == "minibatch" else 0,
                                    knn_k=5)
-            for i in range(rank, len(sizes), world):  # simkit.batches' round-robin split
+            for i in range(rank, len(sizes), world):  # simkit.engine.batches' round-robin split
                 sl = slice(starts[i], starts[i + 1])
                 acc.update([torch.as_tensor(x[sl]) for x in xa], [torch.as_tensor(y[sl]) for y in xb],
                            batch_index=i)

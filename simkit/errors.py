@@ -12,7 +12,9 @@ place (``simkit.cli.common.cli_message``), so the library never speaks of flags.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Iterable
+from typing import Any
 
 
 class SimkitError(ValueError):
@@ -33,3 +35,15 @@ def unknown_name_error(kind: str, name: str, candidates: Iterable[str], hint: st
     near = ", ".join(closest(name, candidates))
     tail = f"; {hint}" if hint else ""
     return SimkitError(f"unknown {kind} {name!r}; closest: {near}{tail}")
+
+
+def check_real(name: str, value: Any, low: float, *, strict: bool = False, optional: bool = False) -> None:
+    """A finite real number ``> low`` (strict) or ``>= low`` for argument ``name``; None allowed when
+    ``optional``; else a SimkitError naming the argument."""
+    if optional and value is None:
+        return
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and (
+        value > low if strict else value >= low)
+    if not ok:
+        bound = f"> {low:g}" if strict else f">= {low:g}"
+        raise SimkitError(f"`{name}` must be a finite number {bound}, got {value!r}")

@@ -11,7 +11,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from simkit.errors import SimkitError
+from simkit.errors import SimkitError, check_real
 from simkit.linearization.prelu import GRANULARITIES
 from simkit.linearization.slope import FREEZE_TOL
 
@@ -67,12 +67,12 @@ class LinearizeSettings:
             value = getattr(self, name)
             if not _number(value) or math.isnan(value):
                 raise SimkitError(f"`{name}` must be a number, got {value!r}")
-        _real("epochs", self.epochs, 0, strict=True)
-        _real("train", self.train, 0)
-        _real("lr", self.lr, 0, strict=True)
-        _real("slope_lr", self.slope_lr, 0, strict=True)
-        _real("eps", self.eps, 0)
-        _real("freeze_tol", self.freeze_tol, 0)
+        check_real("epochs", self.epochs, 0, strict=True)
+        check_real("train", self.train, 0)
+        check_real("lr", self.lr, 0, strict=True)
+        check_real("slope_lr", self.slope_lr, 0, strict=True)
+        check_real("eps", self.eps, 0)
+        check_real("freeze_tol", self.freeze_tol, 0)
         for name in ("batch_size", "cka_samples"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -99,13 +99,3 @@ class LinearizeSettings:
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
-
-def _real(name: str, value: Any, low: float, *, strict: bool = False, optional: bool = False) -> None:
-    """A finite real number ``> low`` (strict) or ``>= low``; None allowed when ``optional``."""
-    if optional and value is None:
-        return
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and (
-        value > low if strict else value >= low)
-    if not ok:
-        bound = f"> {low:g}" if strict else f">= {low:g}"
-        raise SimkitError(f"`{name}` must be a finite number {bound}, got {value!r}")

@@ -7,11 +7,10 @@ command line maps a library message's backticked field names to its flags.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from simkit.errors import SimkitError
+from simkit.errors import SimkitError, check_real
 from simkit.stitching.iri import OPTIMIZERS, SEEDS, IRISettings
 from simkit.stitching.objectives import parse_objectives
 from simkit.stitching.pairs import check_layer_choice
@@ -77,7 +76,7 @@ class StitchSettings:
         _at_least("batch_size", self.batch_size, 1)
         if not self.lr > 0:
             raise SimkitError(f"`lr` must be positive, got {self.lr}")
-        _real("lr", self.lr, 0, strict=True)
+        check_real("lr", self.lr, 0, strict=True)
         if self.iri_seed not in SEEDS:
             raise SimkitError(f"`iri_seed` must be 'data' (another training input) or 'noise', got {self.iri_seed!r}")
         if self.iri_optimizer not in OPTIMIZERS:
@@ -86,9 +85,9 @@ class StitchSettings:
         _at_least("iri_batch_size", self.iri_batch_size, 1)
         if not self.iri_tol >= 0:
             raise SimkitError(f"`iri_tol` must be >= 0, got {self.iri_tol}")
-        _real("iri_tol", self.iri_tol, 0)
-        _real("iri_step_size", self.iri_step_size, 0, strict=True)
-        _real("iri_lr", self.iri_lr, 0, strict=True)
+        check_real("iri_tol", self.iri_tol, 0)
+        check_real("iri_step_size", self.iri_step_size, 0, strict=True)
+        check_real("iri_lr", self.iri_lr, 0, strict=True)
         if self.n is not None:
             _at_least("n", self.n, 1)
         _at_least("examples", self.examples, 0)
@@ -102,13 +101,3 @@ def _at_least(name: str, value: Any, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise SimkitError(f"`{name}` must be an integer >= {low}, got {value!r}")
 
-
-def _real(name: str, value: Any, low: float, *, strict: bool = False, optional: bool = False) -> None:
-    """A finite real number ``> low`` (strict) or ``>= low``; None allowed when ``optional``."""
-    if optional and value is None:
-        return
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and (
-        value > low if strict else value >= low)
-    if not ok:
-        bound = f"> {low:g}" if strict else f">= {low:g}"
-        raise SimkitError(f"`{name}` must be a finite number {bound}, got {value!r}")

@@ -9,12 +9,11 @@ one from its options; ``inputs.json`` and ``meta.settings`` are written from :me
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from simkit.errors import SimkitError, unknown_name_error
+from simkit.errors import SimkitError, check_real, unknown_name_error
 from simkit.metrics.losses import alignment_loss
 from simkit.theseus.recipes import RECIPES
 from simkit.theseus.schedules import SCHEDULES
@@ -101,12 +100,12 @@ class ConvertSettings:
                 or self.plateau_window < 0:
             raise SimkitError(f"`plateau_window` must be an integer >= 0 (0 = off), got {self.plateau_window!r}")
         for name in ("finetune_epochs", "train_guide"):
-            _real(name, getattr(self, name), 0)
-        _real("head_epochs", self.head_epochs, 0, optional=True)
-        _real("lr", self.lr, 0, strict=True)
-        _real("finetune_lr", self.finetune_lr, 0, strict=True, optional=True)
-        _real("kd_temperature", self.kd_temperature, 0, strict=True)
-        _real("stop_loss", self.stop_loss, float("-inf"), optional=True)
+            check_real(name, getattr(self, name), 0)
+        check_real("head_epochs", self.head_epochs, 0, optional=True)
+        check_real("lr", self.lr, 0, strict=True)
+        check_real("finetune_lr", self.finetune_lr, 0, strict=True, optional=True)
+        check_real("kd_temperature", self.kd_temperature, 0, strict=True)
+        check_real("stop_loss", self.stop_loss, float("-inf"), optional=True)
         return self
 
     @property
@@ -143,13 +142,3 @@ def unique(values: Sequence[str]) -> list[str]:
     """``values`` without duplicates, in their order."""
     return list(dict.fromkeys(values))
 
-
-def _real(name: str, value: Any, low: float, *, strict: bool = False, optional: bool = False) -> None:
-    """A finite real number ``> low`` (strict) or ``>= low``; None allowed when ``optional``."""
-    if optional and value is None:
-        return
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and (
-        value > low if strict else value >= low)
-    if not ok:
-        bound = f"> {low:g}" if strict else f">= {low:g}"
-        raise SimkitError(f"`{name}` must be a finite number {bound}, got {value!r}")

@@ -3,7 +3,8 @@
 Reports render data; they never compute. :data:`REPORT_KINDS` is the one table of what renders each
 result kind: its context builder ``context(result) -> dict`` (``simkit.report.<kind>``) and its
 template ``<kind>.html.j2`` in ``reports/templates`` (installed as ``simkit/templates``), which
-extends ``base.html.j2``. Jinja autoescaping is on: everything displayed
+extends ``base.html.j2``. A context may give ``findings`` (sentences computed from the summary: what is
+similar, what passed, the gain) and ``cautions`` (what to distrust); the base template shows both first. Jinja autoescaping is on: everything displayed
 is escaped unless a figure helper marks its own markup safe.
 """
 
@@ -55,7 +56,7 @@ def render_html(result: RunResult) -> str:
     if result.kind not in REPORT_KINDS:
         raise SimkitError(f"no report for result kind {result.kind!r}; known: {', '.join(sorted(REPORT_KINDS))}")
     build, template_name = REPORT_KINDS[result.kind]
-    context = build(result)
+    context = {"findings": [], "cautions": [], **build(result)}
     template = environment().get_template(template_name)
     return template.render(result=result, summary=result.summary, meta=result.meta, **context)
 

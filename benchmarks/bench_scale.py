@@ -3,7 +3,8 @@
 Each measurement is a whole process (wall and CPU time from os.wait4). On a 2-core machine one process
 already uses both cores through torch's threads, so the 2-process run gets 1 thread per rank.
 
-Usage: python benchmarks/bench_scale.py [--n 512]   (mutual k-NN at n = 50,000: benchmarks/bench_knn.py)
+Usage: python benchmarks/bench_scale.py [--n 512] [--results benchmarks/results/bench_scale.txt]
+(mutual k-NN at n = 50,000: benchmarks/bench_knn.py)
 """
 
 from __future__ import annotations
@@ -19,6 +20,15 @@ from pathlib import Path
 
 BIN = Path(sys.executable).parent
 MODELS = ["torchvision:resnet18", "torchvision:resnet34"]
+
+
+def cpu_name() -> str:
+    """The processor's model name from /proc/cpuinfo ("unknown" elsewhere)."""
+    try:
+        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return "unknown"
 
 
 def timed(cmd: list[str], threads: int) -> tuple[float, float]:
@@ -37,12 +47,13 @@ def timed(cmd: list[str], threads: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=512)
+    parser.add_argument("--results", type=Path, default=Path(__file__).with_name("results") / "bench_scale.txt")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     common = ["--data", "synthetic:3x64x64", "--num-samples", str(args.n), "--reduce", "mean", "--no-report"]
     simkit = str(BIN / "simkit")
     lines = [f"== {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC  n={args.n}  load average "
-             f"{os.getloadavg()[0]:.1f}"]
+             f"{os.getloadavg()[0]:.1f} (quiet machine wanted: 2 ranks x 1 thread use both cores)  CPU {cpu_name()}"]
 
     one = timed([simkit, "compare", *MODELS, *common, "--out", str(work / "one")], threads=2)
     two = timed([str(BIN / "torchrun"), "--standalone", "--nproc_per_node=2", "--no-python", simkit, "compare",
@@ -60,9 +71,8 @@ def main() -> None:
                  f"each further compare from the caches {cached[0]:.1f} s")
     text = "\n".join(lines)
     print(text)
-    results = Path(__file__).with_name("results") / "bench_scale.txt"
-    results.parent.mkdir(exist_ok=True)
-    with results.open("a") as handle:
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    with args.results.open("a") as handle:
         handle.write(text + "\n")
 
 

@@ -20,7 +20,9 @@ def capture_command(
     data: DataOpt = "synthetic:3x64x64",
     n: NOpt = None,
     layers: Annotated[str, typer.Option("--layers", help="Names, globs, type:Class, presets (blocks).")] = "blocks",
-    reduce: Annotated[str, typer.Option("--reduce", help="flatten, mean, cls or last.")] = "flatten",
+    reduce: Annotated[str, typer.Option("--reduce", help="How a layer's output becomes a vector per sample: auto, "
+        "flatten, mean, cls or last; auto = the mask-aware mean over the tokens of a sequence, flatten for "
+        "everything else.")] = "auto",
     batch_size: Annotated[int, typer.Option("--batch-size", help="Samples per forward pass.")] = 64,
     weights: Annotated[Path | None, typer.Option("--weights", help="Local weights file.")] = None,
     seed: SeedOpt = 0,
@@ -30,7 +32,8 @@ def capture_command(
     from simkit.data import load_data
     from simkit.engine import capture
 
-    dataset = load_data(data, n=n, seed=seed)
+    tokenizer = model if data.startswith("text:") and "tokenizer=" not in data and model.startswith("hf:") else None
+    dataset = load_data(data, n=n, seed=seed, tokenizer=tokenizer)
     module = load_cli_model(model, seed=seed, trust=trust, weights=weights)
     path = capture(module, dataset, out, layers=layers, reduce=reduce, batch_size=batch_size, n=n,
                    device=device, model_name=model, data_name=data, seed=seed)

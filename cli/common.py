@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperOption
 
 from simkit.errors import SimkitError
 from simkit.rundir import check_run_path, discard_unused_runs, forget_runs
@@ -22,6 +23,17 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _flag_type(self: Any, ctx: Any) -> str | None:
+    """Help shows no ``<bool>`` type beside an on/off flag (``--trust``, ``--no-report``, ``--help``)."""
+    if getattr(self, "is_flag", False) and self.metavar is None:
+        return None
+    return _typer_type(self, ctx)
+
+
+_typer_type = TyperOption.display_type_rich
+TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
 
 
 # library argument names that every command spells alike: → the option parameter that takes them

@@ -40,6 +40,7 @@ class RsaCompare(str, Enum):
 
 
 class Reduce(str, Enum):
+    auto = "auto"
     flatten = "flatten"
     mean = "mean"
     cls = "cls"
@@ -61,12 +62,17 @@ def compare_command(
     layers_b: Annotated[str, typer.Option("--layers-b", help="Layers of B: names, globs, type:Class, blocks.")] = "blocks",
     metric: Annotated[list[str] | None, typer.Option(
         "--metric", help="Repeatable, comma lists: linear_cka, unbiased_cka, rbf_cka, mutual_knn, procrustes, "
-        "procrustes_angle, cca, svcca, pwcca, shape_metric, rsa, ridge_r2, jaccard_knn (default: linear_cka, "
-        "unbiased_cka). The measures beyond CKA are always full-data, in either --mode.")] = None,
-    mode: Annotated[Mode, typer.Option("--mode", help="exact (full-data value) or minibatch (Nguyen et al.).")] = Mode.minibatch,
+        "procrustes_angle, cca, svcca, pwcca, shape_metric, rsa, ridge_r2, jaccard_knn. The measures beyond "
+        "CKA are always full-data, in either --mode.", show_default="unbiased_cka, linear_cka")] = None,
+    mode: Annotated[Mode, typer.Option("--mode", help="exact (the full-data estimate) or minibatch (per-batch HSIC "
+        "averaged over batches, Nguyen et al.; linear_cka there is biased by the batch size, unbiased_cka is "
+        "not).")] = Mode.minibatch,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Samples per batch.")] = 64,
-    reduce: Annotated[Reduce, typer.Option("--reduce", help="How a layer's output becomes a vector per sample.")] = Reduce.flatten,
-    null: Annotated[int, typer.Option("--null", help="Permutations for a null distribution (0 = none).")] = 0,
+    reduce: Annotated[Reduce, typer.Option("--reduce", help="How a layer's output becomes a vector per sample: "
+        "auto = the mask-aware mean over the tokens of a sequence, flatten for everything else.")] = Reduce.auto,
+    null: Annotated[int | None, typer.Option(
+        "--null", help="Permutations of B's samples for a null band (0 = none). Default: 10 when every metric is "
+        "a minibatch CKA (about 1 % of the run there), else 0.", show_default="10 or 0")] = None,
     rbf_factor: Annotated[float, typer.Option(
         "--rbf-factor", help="rbf_cka bandwidth: this factor times the median pairwise distance.")] = 1.0,
     knn_k: Annotated[int, typer.Option("--knn-k", help="Neighbours per sample for mutual_knn and jaccard_knn.")] = 10,
@@ -129,10 +135,23 @@ def compare_command(
     # B is seeded with seed + 1 (README: "A gets seed, B seed + 1"), so `simkit capture --seed 1` of B
     # gives the activations this comparison sees
     seeds = {"model_a": seed, "model_b": seed + 1, "data": seed}
-    dataset = load_data(data, n=n, seed=seeds["data"])
+    tokenizers = text_tokenizers(data, models)
+    dataset = load_data(data, n=n, seed=seeds["data"], tokenizer=tokenizers[0])
+    dataset_b = None if tokenizers[1] == tokenizers[0] else \
+        load_data(data, n=n, seed=seeds["data"], tokenizer=tokenizers[1])
     model_a = load_cli_model(models[0], seed=seeds["model_a"], trust=trust, weights=weights_a)
     model_b = load_cli_model(models[1], seed=seeds["model_b"], trust=trust, weights=weights_b)
     index = int(output_index) if output_index is not None and output_index.isdigit() else output_index
     result = compare(model_a, model_b, dataset, layers_a=layers_a, layers_b=layers_b, reduce=reduce.value,
-                     output_index=index, names=(models[0], models[1]), data_name=data, seeds=seeds, **common)
+                     output_index=index, names=(models[0], models[1]), data_name=data, seeds=seeds,
+                     data_b=dataset_b, **common)
     finish(result, out, no_report)
+
+
+def text_tokenizers(data: str, models: list[str]) -> tuple[str | None, str | None]:
+    """Which tokenizer reads ``text:FILE`` data for each model: its own for an ``hf:`` model, the other
+    model's for one that is not (None when neither is, or when the spec names ``tokenizer=``)."""
+    if not data.startswith("text:") or "tokenizer=" in data:
+        return None, None
+    own = [spec if spec.startswith("hf:") else None for spec in models]
+    return own[0] or own[1], own[1] or own[0]

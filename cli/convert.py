@@ -20,19 +20,22 @@ from simkit.cli.common import (
     split_list,
 )
 from simkit.cli.inputs import cli_run_dir
+from simkit.errors import SimkitError
 
 
 @command("convert", help=(
     "Convert GUIDE into a target architecture (Network of Theseus): each replaced module is aligned to "
     "the guide's representation (1 − CKA, 1 − unbiased CKA or D-MNN) stage by stage, then the target is "
-    "fine-tuned on the task. Baselines (scratch, logit distillation) run in the same run with the same "
-    "budget. --schedule, --metric and --guide-init take comma lists: runs.csv gets one row per "
+    "fine-tuned on the task (head first, then everything). Baselines (scratch, logit distillation) run in the "
+    "same run with the fine-tuning recipe for at least the conversion's number of optimizer steps, the best epoch "
+    "on a validation split carved from the training data kept, so they usually cost more than the conversion. "
+    "--schedule, --metric and --guide-init take comma lists: runs.csv gets one row per "
     "combination. Writes result.json, runs.csv, stages.csv and report.html to --out."))
 def convert_command(
     guide: Annotated[str, typer.Argument(help="Guide model spec, e.g. simkit:cnn1d or file:guide.safetensors.")],
     out: OutOpt,
     recipe: Annotated[str, typer.Option(
-        "--recipe", help="conv-to-mlp, deep-to-shallow or attention-to-rnn (ignored with --plan).")] = "conv-to-mlp",
+        "--recipe", help="conv-to-mlp, deep-to-shallow, attention-to-rnn or attention-to-mlp (ignored with --plan).")] = "conv-to-mlp",
     data: DataOpt = "mnist1d",
     schedule: Annotated[list[str] | None, typer.Option(
         "--schedule", help="progressive, sequential, independent, joint (comma list).")] = None,
@@ -42,10 +45,20 @@ def convert_command(
         "--baselines", help="Comma list of scratch, kd; 'none' for no baseline.")] = "scratch,kd",
     plan: Annotated[str | None, typer.Option(
         "--plan", help="FILE.py:FUNCTION returning a ReplacementPlan (runs that file's code).")] = None,
-    rank: Annotated[int, typer.Option("--rank", help="Rank of conv-to-mlp's low-rank linear maps.")] = 256,
+    rank: Annotated[str, typer.Option(
+        "--rank", help="Rank of conv-to-mlp's low-rank linear maps; a comma list (64,256,1024) is a rank sweep "
+                       "(one arm per rank; baselines use the first).")] = "256",
     group: Annotated[int, typer.Option("--group", help="deep-to-shallow: guide blocks per target block.")] = 2,
     cell: Annotated[str, typer.Option("--cell", help="attention-to-rnn: gru, lstm or rnn.")] = "gru",
-    steps_per_stage: Annotated[int, typer.Option("--steps-per-stage", help="Alignment steps per stage.")] = 300,
+    steps_per_stage: Annotated[str, typer.Option(
+        "--steps-per-stage", help="'auto': a stage ends when the EMA of its alignment loss is below --stop-loss or "
+                                  "at --max-stage-steps (the LR anneals on plateaus); or a fixed number of steps per "
+                                  "stage (joint: times the number of replaced modules).")] = "auto",
+    max_stage_steps: Annotated[int, typer.Option(
+        "--max-stage-steps", help="Step cap of one automatic stage (joint: times the number of modules).")] = 1000,
+    stop_loss: Annotated[str, typer.Option(
+        "--stop-loss", help="End a stage when the EMA of its loss falls below this; 'auto' = 0.002 with "
+                            "--steps-per-stage auto and off with a fixed number; 'none' = off.")] = "auto",
     finetune_epochs: Annotated[float, typer.Option(
         "--finetune-epochs", help="Epochs of end-to-end fine-tuning (baselines get these plus the head epochs).")] = 60,
     head_epochs: Annotated[float | None, typer.Option(
@@ -57,7 +70,24 @@ def convert_command(
     train_guide: Annotated[float, typer.Option(
         "--train-guide", help="Train the guide on the task for this many epochs first (0 = use as is).")] = 0,
     plateau_window: Annotated[int, typer.Option(
-        "--plateau-window", help="Steps of the loss EMA between plateau checks (LR halves on a plateau; 0 = off).")] = 100,
+        "--plateau-window", help="Steps of the alignment-loss EMA between plateau checks (0 = off).")] = 100,
+    plateau_factor: Annotated[float, typer.Option(
+        "--plateau-factor", help="LR multiplier when the alignment-loss EMA plateaus.")] = 0.5,
+    val_fraction: Annotated[float, typer.Option(
+        "--val-fraction", help="Share of the training split held out for validation: it picks the guide's best "
+                               "epoch and stops the baselines (the test split chooses nothing; 0 = none).")] = 0.1,
+    baseline_epochs: Annotated[float, typer.Option(
+        "--baseline-epochs", help="Baselines train with the fine-tuning recipe for this many epochs or the "
+                                  "conversion's optimizer-step count, whichever is longer; the best validation "
+                                  "epoch is kept.")] = 60,
+    baseline_max_epochs: Annotated[float, typer.Option(
+        "--baseline-max-epochs", help="Cap of --baseline-epochs (the conversion's step count, if longer, wins).")] = 200,
+    baseline_patience: Annotated[int, typer.Option(
+        "--baseline-patience", help="A baseline whose best validation epoch is within its last this-many epochs "
+                                    "is flagged as still improving.")] = 10,
+    guide_lr: Annotated[float, typer.Option(
+        "--guide-lr", help="--train-guide learning rate (AdamW, cosine decay, batch 128, the best validation "
+                           "epoch kept).")] = 1e-2,
     n: NOpt = None,
     seed: SeedOpt = 0,
     trust: TrustOpt = False,
@@ -70,10 +100,14 @@ def convert_command(
     from simkit.theseus import ConvertSettings, convert, load_plan_file
 
     settings = ConvertSettings(
+        steps_per_stage=_auto_or_int(steps_per_stage, "--steps-per-stage"), max_stage_steps=max_stage_steps,
+        stop_loss=_stop_loss(stop_loss), plateau_factor=plateau_factor, val_fraction=val_fraction,
+        baseline_epochs=baseline_epochs, baseline_max_epochs=baseline_max_epochs,
+        baseline_patience=baseline_patience, guide_lr=guide_lr,
         recipe=None if plan else recipe, schedule=split_list(schedule) or ["progressive"],
         metric=split_list(metric) or ["cka"],
-        baselines=[] if baselines.strip().lower() == "none" else split_list(baselines), plan=plan, rank=rank,
-        group=group, cell=cell, steps_per_stage=steps_per_stage, finetune_epochs=finetune_epochs,
+        baselines=[] if baselines.strip().lower() == "none" else split_list(baselines), plan=plan,
+        rank=_ranks(rank), group=group, cell=cell, finetune_epochs=finetune_epochs,
         head_epochs=head_epochs, batch_size=batch_size, lr=lr, guide_init=split_list(guide_init) or ["trained"],
         train_guide=train_guide, plateau_window=plateau_window, seed=seed, n=n).validate()
     run_dir = cli_run_dir("convert", out, resume, {**settings.to_dict(), "guide": guide, "data": data},
@@ -85,6 +119,39 @@ def convert_command(
                      device=device, guide_name=guide, data_name=data)
     score = result.extra["score"]
     for _, row in result.tables["runs"].iterrows():
-        typer.echo(f"{row['schedule']} {row['metric']} {row['guide_init']}: converted {score} "
+        typer.echo(f"{row['schedule']} {row['metric']} {row['guide_init']} rank {row['rank']}: converted {score} "
                    f"{row[f'converted_{score}']:.4g} (guide {row[f'guide_{score}']:.4g})")
+    summary = result.summary
+    if summary.get("gain_over_scratch") is not None:
+        typer.echo(f"scratch {score} {summary[f'scratch_{score}']:.4g} after {summary['scratch_steps']} steps "
+                   f"(conversion {summary['converted_steps']}): gain over scratch {summary['gain_over_scratch']:+.4g}")
     finish(result, out, no_report)
+
+
+def _auto_or_int(text: str, flag: str) -> int | str:
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise SimkitError(f"{flag} must be 'auto' or a positive integer, got {text!r}") from None
+
+
+def _stop_loss(text: str) -> float | str | None:
+    low = text.strip().lower()
+    if low in ("auto", "none"):
+        return "auto" if low == "auto" else None
+    try:
+        return float(text)
+    except ValueError:
+        raise SimkitError(f"--stop-loss must be a number, 'auto' or 'none', got {text!r}") from None
+
+
+def _ranks(text: str) -> int | list[int]:
+    try:
+        values = [int(v) for v in split_list([text])]
+    except ValueError:
+        raise SimkitError(f"--rank must be a positive integer or a comma list of them, got {text!r}") from None
+    if not values:
+        raise SimkitError(f"--rank must be a positive integer or a comma list of them, got {text!r}")
+    return values[0] if len(values) == 1 else values

@@ -36,7 +36,7 @@ class Gate(str, Enum):
 @command("graft", help=(
     "Graft a gated residual block F(x) = x + a*R(x) after module --after and verify the exact-surgery "
     "paper's checks: E1 bit mismatches, E2 shadow/net2net/double-zero gradients, E3 recompute cost vs "
-    "downstream cone, F3 bit-identical resume after a SIGKILL.\n\n"
+    "downstream cone, F3 bit-identical resume after a SIGKILL; ends with one line: which checks pass.\n\n"
     "Without MODEL it runs on the built-in 4-block Llama-style model (d=128, 4 heads, vocabulary 50) "
     "and seeded Markov-chain token sequences. On a user's model the loss is cross-entropy when --data "
     "has labels, otherwise mean squared error to a fixed random target (recorded as loss_kind)."))
@@ -76,3 +76,4 @@ def graft_command(
     run_dir = cli_run_dir("graft", out, resume, settings.to_dict(), files={"model": "model", "data": "data"})
     result = graft(module, dataset, settings, run_dir=run_dir, resume=resume)
     finish(result, Path(out), no_report)
+    typer.echo(f"graft: {result.summary['verdict']}")

@@ -14,7 +14,9 @@ from simkit.cli.common import SeedOpt, TrustOpt, WeightsOpt, command, load_cli_m
     "List the layers of MODEL that capture can hook: name, type, output shape (from a dry run on one "
     "sample of --data), parameter count, and whether the `blocks` preset picks it.\n\n"
     "MODEL is a model spec: torchvision:resnet18, timm:NAME, hf:DIR, file:PATH, python:pkg.mod:fn, "
-    "simkit:cnn1d. Without --data the shape column stays empty."))
+    "simkit:cnn1d. Without --data the dry run uses the model's own example input (the simkit zoo), "
+    "3x224x224 zeros (torchvision classifiers) or a default sentence through its own tokenizer (hf:DIR); "
+    "for other models the shape column stays empty."))
 def layers_command(
     model: Annotated[str, typer.Argument(help="Model spec.")],
     data: Annotated[str | None, typer.Option(
@@ -59,10 +61,21 @@ def layers_command(
     _print_table(table, model, note)
 
 
+PROBE_SENTENCE = "The quick brown fox jumps over the lazy dog."
+
+
 def _model_sample(module, spec: str):
-    """A dry-run input the model itself defines: ``example_input()`` (the simkit zoo), or 3×224×224 for
-    torchvision classification models. Returns (sample or None, description)."""
+    """A dry-run input the model itself defines: ``example_input()`` (the simkit zoo), 3×224×224 for
+    torchvision classification models, or :data:`PROBE_SENTENCE` through the tokenizer of an ``hf:``
+    model. Returns (sample or None, description)."""
     import torch
+
+    if spec.startswith("hf:"):
+        from simkit.models.loading import hf_tokenizer
+
+        encoded = hf_tokenizer(spec)([PROBE_SENTENCE], return_tensors="pt")
+        sample = {key: encoded[key] for key in ("input_ids", "attention_mask") if key in encoded}
+        return sample, f"the sentence {PROBE_SENTENCE!r} through the model's own tokenizer"
 
     if callable(getattr(module, "example_input", None)):
         sample = module.example_input()

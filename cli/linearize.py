@@ -28,8 +28,9 @@ from simkit.cli.inputs import cli_run_dir
     "Post-training linearization: swap every ReLU of a trained MODEL for a learnable slope α (starting "
     "at 0, so the network is unchanged), post-train with cross-entropy + ω·Σ(|1−α|+ε)^0.5 for each ω and "
     "granularity, freeze α = 1 once reached, and report accuracy against NAPL (normalised average path "
-    "length), path-length histograms and per-layer nonlinear fractions. Writes runs.csv, layers.csv, "
-    "result.json and report.html to --out."))
+    "length), path-length histograms and per-layer nonlinear fractions. --seeds N repeats the sweep for "
+    "seeds --seed, --seed+1, ... (each seed builds MODEL with its seed) and reports mean ± spread. Writes "
+    "runs.csv, layers.csv, aggregate.csv, matched.csv, result.json and report.html to --out."))
 def linearize_command(
     model: Annotated[str, typer.Argument(help="Model spec of a trained ReLU network (file:PATH, simkit:cnn1d, ...).")],
     out: Annotated[Path, typer.Option("--out", help="Run directory to write (created if missing).")],
@@ -48,6 +49,9 @@ def linearize_command(
     weights: WeightsOpt = None,
     n: NOpt = None,
     seed: SeedOpt = 0,
+    seeds: Annotated[int, typer.Option(
+        "--seeds", help="Number of seeds: the sweep runs for --seed, --seed+1, ... and the report shows "
+                        "mean ± spread (error bars).")] = 1,
     trust: TrustOpt = False,
     device: DeviceOpt = "cpu",
     resume: ResumeOpt = False,
@@ -60,14 +64,17 @@ def linearize_command(
     settings = LinearizeSettings(
         granularity=split_list(granularity) or defaults.granularity,
         omega=split_floats(omega, "--omega") or defaults.omega, epochs=epochs, train=train, lr=lr,
-        slope_lr=slope_lr, batch_size=batch_size, fold=fold, cka=cka, seed=seed)
+        slope_lr=slope_lr, batch_size=batch_size, fold=fold, cka=cka, seed=seed, seeds=seeds)
     settings.validate()
     run_dir = cli_run_dir("linearize", out, resume, {**settings.to_dict(), "model": model, "data": data,
                                                        "weights": weights, "n": n},
                           files={"model": "model", "data": "data", "weights": "path"})   # checked, not started
     dataset = load_data(data, n=n, seed=seed)
-    net = load_cli_model(model, seed=seed, trust=trust, weights=weights)
-    result = linearize(net, dataset, settings, run_dir=run_dir, resume=resume, device=device, progress=True,
+
+    def build(model_seed: int):   # each seed its own initialisation (zoo specs); files load the same weights
+        return load_cli_model(model, seed=model_seed, trust=trust, weights=weights)
+
+    result = linearize(build, dataset, settings, run_dir=run_dir, resume=resume, device=device, progress=True,
                        model_name=model, data_name=data)
     finish(result, out, no_report)
 

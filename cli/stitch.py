@@ -18,6 +18,7 @@ from simkit.cli.common import (
     SeedOpt,
     TrustOpt,
     command,
+    echo_err,
     finish,
     split_list,
 )
@@ -41,14 +42,19 @@ class Init(str, Enum):
 
 @command("stitch", help=(
     "Stitch model A's front half into model B's back half at layer pairs and measure the stitching "
-    "penalty (B's accuracy minus the stitched accuracy) on the clean test set. With --iri the "
-    "invariance-aware arm (stitches trained only on IRIs of A) runs beside the standard one. Writes "
-    "stitching.csv, result.json and report.html to --out."))
+    "penalty (B's accuracy minus the stitched accuracy) on the evaluation set (the test split of --data, "
+    "or --test-data). With --iri the invariance-aware arm (stitches trained only on IRIs of A) runs beside "
+    "the standard one; --train E trains A and B first. A model at chance and IRIs that missed their "
+    "tolerance are warned about. Writes stitching.csv, result.json and report.html to --out."))
 def stitch_command(
     model_a: Annotated[str, typer.Argument(help="Front model spec (A), e.g. simkit:cnn1d or file:a.safetensors.")],
     model_b: Annotated[str, typer.Argument(help="Back model spec (B).")],
     out: OutOpt,
     data: DataOpt = "mnist1d",
+    test_data: Annotated[str | None, typer.Option(
+        "--test-data", help="Evaluation data spec of its own (its test split if it has one, else all of it); "
+        "all of --data then trains the stitches. Default: the test split of --data.",
+        show_default=False)] = None,
     layer_a: Annotated[list[str] | None, typer.Option(
         "--layer-a", help="Layers of A (module names; repeatable or comma list; pairs up with --layer-b).")] = None,
     layer_b: Annotated[list[str] | None, typer.Option(
@@ -62,15 +68,20 @@ def stitch_command(
     batch_size: Annotated[int, typer.Option("--batch-size", help="Stitch training batch size.")] = 128,
     lr: Annotated[float, typer.Option("--lr", help="Stitch learning rate (Adam).")] = 1e-3,
     init: Annotated[Init, typer.Option("--init", help="Stitch init: least squares or PyTorch default.")] = Init.lstsq,
-    iri_steps: Annotated[int, typer.Option("--iri-steps", help="Max IRI optimisation steps.")] = 1000,
+    iri_steps: Annotated[int, typer.Option("--iri-steps", help="Max IRI optimisation steps per attempt.")] = 300,
     iri_tol: Annotated[float, typer.Option("--iri-tol", help="IRI relative-error tolerance (early stop).")] = 0.05,
     iri_seed: Annotated[IRISeed, typer.Option(
         "--iri-seed", help="Start IRIs from another training input (data) or uniform noise.")] = IRISeed.data,
     iri_optimizer: Annotated[IRIOptimizer, typer.Option(
-        "--iri-optimizer", help="sgd: x ← clamp(x − step·∇) (the spec's); adam: Adam on x.")] = IRIOptimizer.sgd,
+        "--iri-optimizer", help="adam: Adam on x (reaches the tolerance far more often); sgd: x ← clamp(x − "
+        "step·∇) (the spec's).")] = IRIOptimizer.adam,
     iri_step_size: Annotated[float, typer.Option("--iri-step-size", help="sgd step on the inputs.")] = 0.5,
-    iri_lr: Annotated[float, typer.Option("--iri-lr", help="adam learning rate on the inputs.")] = 0.05,
+    iri_lr: Annotated[float, typer.Option("--iri-lr", help="adam learning rate on the inputs.")] = 0.1,
     iri_batch_size: Annotated[int, typer.Option("--iri-batch-size", help="Inputs optimised together.")] = 256,
+    iri_restarts: Annotated[int, typer.Option(
+        "--iri-restarts", help="Restart inputs still above --iri-tol from a new seed, up to this many times.")] = 3,
+    train: Annotated[float, typer.Option(
+        "--train", help="Train A and B on --data for this many epochs first (0 = use them as they are).")] = 0.0,
     cache_dir: Annotated[Path | None, typer.Option(
         "--cache-dir", help="IRI cache directory (default: runs/.iri-cache).", show_default=False)] = None,
     n: NOpt = None,
@@ -90,15 +101,20 @@ def stitch_command(
         objective=split_list(objective) or ["fula"], iri=iri, steps=steps, batch_size=batch_size, lr=lr,
         init=init.value, iri_steps=iri_steps, iri_tol=iri_tol, iri_seed=iri_seed.value,
         iri_optimizer=iri_optimizer.value, iri_step_size=iri_step_size, iri_lr=iri_lr,
-        iri_batch_size=iri_batch_size, n=n, seed=seed)
+        iri_batch_size=iri_batch_size, iri_restarts=iri_restarts, n=n, seed=seed, train=train)
     settings.validate()
     run_dir = cli_run_dir("stitch", out, resume, {**settings.to_dict(), "model_a": model_a, "model_b": model_b,
-                                                  "data": data},
-                          files={"model_a": "model", "model_b": "model", "data": "data"})  # checked, not started
+                                                  "data": data, "test_data": test_data},
+                          files={"model_a": "model", "model_b": "model", "data": "data",
+                                 "test_data": "data"})  # checked, not started
     net_a = load_model(model_a, seed=seed, trust=trust)
     net_b = load_model(model_b, seed=seed, trust=trust)
     dataset = load_data(data, n=n, seed=seed)
-    result = runner.stitch(net_a, net_b, dataset, settings, run_dir=run_dir, resume=resume, device=device,
+    evaluation = load_data(test_data, seed=seed) if test_data is not None else None
+    result = runner.stitch(net_a, net_b, dataset, settings, test_data=evaluation, run_dir=run_dir, resume=resume,
+                           device=device,
                            cache_dir=runner.DEFAULT_CACHE if cache_dir is None else cache_dir,
                            names=(model_a, model_b))
     finish(result, out, no_report)
+    for message in result.summary["warnings"]:
+        echo_err(f"warning: {message}")

@@ -9,10 +9,14 @@ The public API (every name loads on first use, so ``import simkit`` and ``simkit
   (``LinearizeSettings``), ``graft`` (``GraftSettings``);
 - ``train_classifier(model, data, TrainConfig(...))`` and ``evaluate_accuracy(model, x, y)``: the one
   training loop, for the models a study needs;
+- ``train_adversarial(model, data, TrainConfig(...), eps=...)`` and ``robust_accuracy(model, x, y, eps=...)``:
+  PGD adversarial training through the same loop;
 - ``load(run_dir)`` reads any run directory back; ``save_run(result, out)`` writes one with its
   report; ``render_report(result, path)`` writes the HTML report alone.
 
-Results are data (``summary``, ``tables``, ``meta``, ``extra``; ``.to_frame()``, ``.save(dir)``).
+Results are data (``summary``, ``tables``, ``meta``, ``extra``; ``.to_frame()``, ``.save(dir)``); in a
+notebook they show the report's findings and heatmaps inline, and compare/study results have
+``.matrix(metric)`` and ``.plot(metric)`` (a seaborn heatmap).
 Models and data from spec strings: ``simkit.models.load_model``, ``simkit.data.load_data``.
 """
 
@@ -24,7 +28,17 @@ from typing import Any
 __version__ = "0.1.0"
 
 from simkit.errors import SimkitError
-from simkit.results import load
+from simkit.results import RunResult
+from simkit.results import load as _read_run
+
+
+def load(run_dir: Any) -> RunResult:
+    """Read a run directory written by any simkit command back into its result class (``simkit.results.load``);
+    the result shows its findings and heatmaps inline in a notebook."""
+    import simkit.report  # noqa: F401  (registers the notebook views)
+
+    return _read_run(run_dir)
+
 
 # public name → the module that defines it (imported on first use)
 _LAZY = {
@@ -43,6 +57,8 @@ _LAZY = {
     "TrainConfig": "simkit.training",
     "train_classifier": "simkit.training",
     "evaluate_accuracy": "simkit.training",
+    "train_adversarial": "simkit.training.adversarial",
+    "robust_accuracy": "simkit.training.adversarial",
     "save_run": "simkit.report",
     "render_report": "simkit.report",
     "RunDir": "simkit.rundir",

@@ -17,7 +17,9 @@
 ``text:FILE``                 one text a line, tokenised by ``tokenizer="hf:DIR"`` (needs transformers)
                               or ``"bytes"`` (UTF-8 bytes, vocab 256, offline); options ``tokenizer=...``
                               (same values, so any command's --data can name it) and ``max_length=L``
-                              (default 128); inputs = {input_ids, attention_mask} (n, L), right-padded
+                              (default 128); inputs = {input_ids, attention_mask} (n, L), right-padded;
+                              ``info["texts_sha256"]``: one sha256 per line (what activation caches
+                              record of their samples, whichever tokenizer read them)
 ============================  ==========================================================================
 
 Options follow the path after commas: ``npy:x.npy,labels=y.npy``, ``imagefolder:imgs,size=64``.
@@ -28,6 +30,7 @@ message saying how to supply the files.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -131,7 +134,12 @@ class Dataset:
             else:
                 inputs = _index(self._inputs, index)
         labels = None if self.labels is None else self.labels[index]
-        return Dataset(inputs, labels, self.spec, self.test, self.info)
+        info = self.info
+        if isinstance(info.get("texts_sha256"), list):  # the per-line digests follow the samples taken
+            texts = info["texts_sha256"]
+            info = {**info, "texts_sha256": texts[index] if isinstance(index, slice)
+                    else [texts[int(i)] for i in index]}
+        return Dataset(inputs, labels, self.spec, self.test, info)
 
     def batches(self, batch_size: int) -> Iterator[Tensor | dict[str, Tensor]]:
         """Inputs in order, ``batch_size`` samples at a time (the last batch may be smaller)."""
@@ -581,8 +589,10 @@ def _text(*, spec, target, options, n, seed, tokenizer) -> Dataset:
         enc = tok(lines, padding="longest", truncation=True, max_length=max_length, return_tensors="pt")
         input_ids, attention_mask, vocab = enc["input_ids"], enc["attention_mask"], len(tok)
     inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+    # one sha256 per line: what a cache records of its samples, whichever tokenizer read them
+    texts_sha256 = [hashlib.sha256(line.encode("utf-8")).hexdigest() for line in lines]
     info = {"input_shape": (input_ids.shape[1],), "num_classes": None, "tokenizer": tokenizer,
-            "vocab_size": vocab, "source": "text"}
+            "vocab_size": vocab, "source": "text", "texts_sha256": texts_sha256}
     return Dataset(inputs, None, spec, None, info)
 
 

@@ -14,7 +14,9 @@ Selectors (a comma string or a list; results in the model's module order, withou
 
 Reductions of one output ``t`` (b, ...) → (b, d):
 
-- ``flatten`` (``auto`` = flatten everywhere): ``t.reshape(b, -1)``, a view when possible;
+- ``auto`` (the default): ``mean`` for a token sequence (b, L, d), masked by the attention mask, so
+  padding positions never dominate; ``flatten`` for everything else;
+- ``flatten``: ``t.reshape(b, -1)``, a view when possible;
 - ``mean``: average over spatial axes of a channel-first map (b, c, ...) or over the tokens of a
   sequence (b, L, d) (masked by the attention mask when one is known);
 - ``cls`` / ``last``: token 0 / the last (real) token of a sequence (b, L, d) → (b, d).
@@ -243,9 +245,11 @@ def reduce_activation(t: Tensor, how: str = "auto", *, layout: str = "channels",
     how = _check_reduce(how)
     if t.dim() == 0:
         raise SimkitError("cannot reduce a scalar output; choose a layer with a batch axis")
-    if t.dim() <= 2 or how in ("auto", "flatten"):
-        return t.reshape(t.shape[0], -1)
     tokens = layout == "tokens" and t.dim() == 3
+    if how == "auto":
+        how = "mean" if tokens else "flatten"
+    if t.dim() <= 2 or how == "flatten":
+        return t.reshape(t.shape[0], -1)
     if how == "mean":
         if tokens:
             if mask is not None and mask.shape == t.shape[:2]:
@@ -272,8 +276,13 @@ def _check_reduce(how: str) -> str:
     return how
 
 
-def _recorded(how: str, t: Tensor) -> str:
-    return "flatten" if how == "auto" or t.dim() <= 2 else how
+def _recorded(how: str, t: Tensor, layout: str) -> str:
+    """The reduction a layer's output ``t`` actually got (``auto`` resolved)."""
+    if t.dim() <= 2:
+        return "flatten"
+    if how == "auto":
+        return "mean" if layout == "tokens" and t.dim() == 3 else "flatten"
+    return how
 
 
 # -------------------------------------------------------------------------------------------- record_layers
@@ -391,7 +400,7 @@ class record_layers:  # noqa: N801  (used as a context manager: `with record_lay
                 t = t.detach()
             reduced = reduce_activation(t, how, layout=self.layout, mask=self._attention_mask())
             self.shapes[name] = tuple(t.shape)
-            self.reductions[name] = _recorded(how, t)
+            self.reductions[name] = _recorded(how, t, self.layout)
             aliased = reduced.untyped_storage().data_ptr() == t.untyped_storage().data_ptr() \
                 if reduced.numel() and t.numel() else False
             if not aliased:

@@ -16,13 +16,15 @@ REFRESH_PER_SECOND = 4
 def progress_bar(enabled: bool, *extra_columns: Any, transient: bool = True):
     """A ``rich.progress.Progress``: description, bar, done/total, ``extra_columns``, time remaining.
 
-    Disabled (draws nothing) when ``enabled`` is false or on a rank other than 0 under torchrun;
-    ``transient``: the bar is erased when the loop ends.
+    Disabled (draws nothing, not even the blank line a stopped bar leaves) when ``enabled`` is false, on
+    a rank other than 0 under torchrun, or when stderr is neither a terminal nor a notebook (a pipe, a
+    log file); ``transient``: the bar is erased when the loop ends.
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    console = Console(stderr=True)
+    shown = enabled and distributed.is_main_process() and (console.is_terminal or console.is_jupyter)
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), *extra_columns,
-                    TimeRemainingColumn(), console=Console(stderr=True), transient=transient,
-                    refresh_per_second=REFRESH_PER_SECOND,
-                    disable=not enabled or not distributed.is_main_process())
+                    TimeRemainingColumn(), console=console, transient=transient,
+                    refresh_per_second=REFRESH_PER_SECOND, disable=not shown)

@@ -10,6 +10,7 @@ one table of kinds: ``simkit.load`` and the report layer look a kind up there). 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -18,6 +19,11 @@ import pandas as pd
 
 from simkit.errors import SimkitError
 from simkit.io import write_csv, write_json
+
+# How a result shows itself in a notebook (``_repr_html_``): result kind → HTML builder. The report layer
+# fills it when imported (``simkit.report``, which ``simkit.engine`` and ``simkit.load`` import); results
+# stay data and never import it.
+HTML_VIEWS: dict[str, Callable[[Any], str]] = {}
 
 
 @dataclass
@@ -39,6 +45,12 @@ class RunResult:
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def _repr_html_(self) -> str | None:
+        """Jupyter's rich display: the report's findings, cautions and heatmaps inline (None, i.e. the plain
+        repr, only when the report layer was never imported)."""
+        view = HTML_VIEWS.get(self.kind)
+        return view(self) if view is not None else None
 
     def to_frame(self) -> pd.DataFrame:
         """The main table as a pandas DataFrame (a copy)."""
@@ -144,6 +156,15 @@ class CompareResult(RunResult):
         wide = rows.pivot(index="layer_a", columns="layer_b", values=column)
         return wide.reindex(index=order_a, columns=order_b)
 
+    def plot(self, metric: str | None = None, *, ax: Any = None, annot: bool | None = None, **heatmap: Any):
+        """``seaborn.heatmap`` of ``matrix(metric)`` (default: the only metric, else unbiased_cka, else the
+        first): rows A's layers, columns B's. ``ax``: draw there; ``annot``: print the values (default:
+        when at most 12 × 12); other keywords go to seaborn. Needs seaborn (``pip install seaborn``, or
+        the ``notebook`` extra). Returns the matplotlib Figure."""
+        metric = _plot_metric(self.summary, self.tables["similarity"], metric, "result")
+        return heatmap_figure(self.matrix(metric), metric, f"B: {self.summary.get('model_b', 'B')}",
+                              f"A: {self.summary.get('model_a', 'A')}", ax=ax, annot=annot, **heatmap)
+
 
 @dataclass
 class StudyResult(RunResult):
@@ -159,16 +180,62 @@ class StudyResult(RunResult):
         order = list(self.summary["models"])
         return rows.pivot(index="model_a", columns="model_b", values="value").reindex(index=order, columns=order)
 
+    def plot(self, metric: str | None = None, *, ax: Any = None, annot: bool | None = None, **heatmap: Any):
+        """``seaborn.heatmap`` of the model × model ``matrix(metric)`` (as :meth:`CompareResult.plot`)."""
+        metric = _plot_metric(self.summary, self.tables["study"], metric, "study")
+        return heatmap_figure(self.matrix(metric), metric, "model B", "model A", ax=ax, annot=annot, **heatmap)
+
+
+def _plot_metric(summary: dict[str, Any], frame: pd.DataFrame, metric: str | None, what: str) -> str:
+    """``metric`` checked; None: the only metric, else unbiased_cka when there, else the first."""
+    known = list(dict.fromkeys(frame["metric"]))
+    if metric is None:
+        metric = known[0] if len(known) == 1 else "unbiased_cka" if "unbiased_cka" in known else known[0]
+    return _metric_rows(frame, metric, what)[0]
+
+
+_UNIT_RANGE = {"linear_cka", "unbiased_cka", "rbf_cka", "mutual_knn", "jaccard_knn", "procrustes", "cca", "svcca",
+               "pwcca"}
+
+
+def heatmap_figure(frame: pd.DataFrame, title: str, xlabel: str, ylabel: str, *, ax: Any = None,
+                   annot: bool | None = None, **heatmap: Any):
+    """A seaborn heatmap of ``frame`` (R, C) on ``ax`` (default: a new pyplot figure sized to the frame);
+    measures bounded by [0, 1] get that colour range. Returns the Figure."""
+    try:
+        import seaborn as sns
+    except ImportError:
+        raise SimkitError("plot() draws with seaborn, which is not installed: pip install seaborn "
+                          "(or pip install 'simkit[notebook]')") from None
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        rows, cols = frame.shape
+        _, ax = plt.subplots(figsize=(min(14.0, 2.5 + 0.45 * cols), min(12.0, 2.0 + 0.4 * rows)))
+    if annot is None:
+        annot = max(frame.shape) <= 12
+    if title in _UNIT_RANGE:
+        heatmap.setdefault("vmin", 0.0)
+        heatmap.setdefault("vmax", 1.0)
+    sns.heatmap(frame.astype(float), ax=ax, annot=annot, fmt=".2f", cmap=heatmap.pop("cmap", "viridis"),
+                square=heatmap.pop("square", True), cbar_kws={"label": title}, **heatmap)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    return ax.figure
+
 
 @dataclass
 class ConvertResult(RunResult):
     """A conversion run (Network of Theseus).
 
     summary: guide/converted/scratch/kd ``_accuracy`` (``_perplexity`` for language models) of the first
-    (schedule, metric, guide_init) arm, plus schedule, metric, recipe, guide_init, probe score.
-    tables: ``runs`` (one row per schedule × metric × guide_init), ``stages`` (stage, layer,
-    alignment_metric, value, schedule, metric, guide_init, replaced: linear CKA of each replaced
-    layer vs the guide on held-out data after each stage), ``stage_summary``, ``curves`` (loss per
+    (schedule, metric, guide_init, rank) arm, plus schedule, metric, recipe, guide_init, probe score,
+    gain_over_scratch, guide_val score and the budgets in optimizer steps (README, ``convert``).
+    tables: ``runs`` (one row per schedule × metric × guide_init × rank), ``stages`` (stage, layer,
+    alignment_metric, value, loss, replaced, steps, stopped, rule, final_loss: linear CKA and the
+    arm's alignment loss of each layer vs the guide on held-out data after each stage),
+    ``stage_summary``, ``baselines``, ``validation`` (validation score per epoch), ``curves`` (loss per
     step, thinned), ``layer_cka`` (converted × guide linear CKA, first arm).
     """
 
@@ -191,13 +258,16 @@ class StitchResult(RunResult):
 
 @dataclass
 class LinearizeResult(RunResult):
-    """An ω × granularity linearization sweep.
+    """A seeds × ω × granularity linearization sweep.
 
-    tables: ``runs`` (one row per run: granularity, omega, napl, nonlinear_fraction, accuracy, ...),
-    ``layers`` (run, granularity, omega, layer, channels, slopes, nonlinear_fraction), ``distributions``
-    (run, length, probability, apl_probability; run "original" included), ``cka`` (run, layer_a,
-    layer_b, linear_cka: linearized site b against original site a), ``history`` (run, step, loss).
-    summary: original_accuracy, original_napl, runs (the runs table as records), and more.
+    tables: ``runs`` (one row per run: granularity, omega, napl, nonlinear_fraction, accuracy, seed, ...,
+    run), ``layers`` (run, granularity, omega, seed, layer, channels, slopes, nonlinear_fraction),
+    ``distributions`` (run, granularity, omega, seed, length, probability, apl_probability; run
+    "original" included), ``cka`` (run, granularity, omega, seed, layer_a, layer_b, linear_cka:
+    linearized site b against original site a), ``history`` (run, step, loss), ``matched`` (per seed:
+    channel − layer accuracy at each layer-wise NAPL), and over seeds ``aggregate``, ``matched_mean``,
+    ``layers_mean``, ``distributions_mean``, ``cka_mean`` (means and standard deviations).
+    summary: original_accuracy, original_napl, runs (the runs table as records), seeds, and more.
     """
 
     kind: ClassVar[str] = "linearize"

@@ -236,14 +236,16 @@ def test_compare_report_renders_in_chromium(browser, tmp_path):
     assert browser.evaluate(HEATMAPS_JS)[0]["rowLabel"] == EVIL  # shown as text, never run
     (tmp_path / "report.png").write_bytes(png)
     if os.environ.get("SIMKIT_SCREENSHOT_DIR"):  # to look at it by eye
-        shutil.copy(tmp_path / "report.png", Path(os.environ["SIMKIT_SCREENSHOT_DIR"]) / "compare.png")
+        Path(os.environ["SIMKIT_SCREENSHOT_DIR"]).mkdir(parents=True, exist_ok=True)
+        shutil.copy(tmp_path / "report.png", Path(os.environ["SIMKIT_SCREENSHOT_DIR"]) / "compare-made-up.png")
 
 
 def test_study_report_renders_in_chromium(browser, tmp_path):
     path = render_report(make_study(null=True), tmp_path / "report.html")
     png = check_report(browser, path, heatmaps=2, cells=9)
     if os.environ.get("SIMKIT_SCREENSHOT_DIR"):
-        (Path(os.environ["SIMKIT_SCREENSHOT_DIR"]) / "study.png").write_bytes(png)
+        Path(os.environ["SIMKIT_SCREENSHOT_DIR"]).mkdir(parents=True, exist_ok=True)
+        (Path(os.environ["SIMKIT_SCREENSHOT_DIR"]) / "study-made-up.png").write_bytes(png)
 
 
 def test_the_harness_sees_console_errors_and_blocked_loads(browser, tmp_path):
@@ -258,3 +260,97 @@ def test_the_harness_sees_console_errors_and_blocked_loads(browser, tmp_path):
     errors = " | ".join(browser.errors())
     assert "logged-error" in errors and "thrown-error" in errors
     assert "Content Security Policy" in errors
+
+
+# --------------------------------------------------------------------------------------------------
+# every report kind from a small real run: generic checks, a screenshot, what the report opens with
+
+LAYOUT_JS = """
+(() => {
+  const kids = Array.from(document.body.children).filter(e => !['STYLE', 'SCRIPT'].includes(e.tagName));
+  const clipped = [];
+  for (const el of document.body.querySelectorAll('*')) {
+    if (el.closest('svg') || !el.textContent.trim()) continue;
+    const style = getComputedStyle(el);
+    if (style.display === 'inline' || ['auto', 'scroll'].includes(style.overflowX)) continue;
+    if (el.scrollWidth > el.clientWidth + 1) clipped.push(el.tagName + ': ' + el.textContent.trim().slice(0, 80));
+  }
+  for (const svg of document.querySelectorAll('svg')) {
+    const box = svg.getBoundingClientRect();
+    for (const t of svg.querySelectorAll('text')) {
+      const r = t.getBoundingClientRect();
+      if (r.width && (r.left < box.left - 1 || r.right > box.right + 1 || r.top < box.top - 1
+                      || r.bottom > box.bottom + 1)) clipped.push('svg text: ' + t.textContent.slice(0, 80));
+    }
+  }
+  const content = Array.from(document.querySelectorAll('img.figure, svg.heatmap-svg, table'))
+    .filter(e => !e.closest('.meta-table') && !e.closest('#findings') && !e.closest('#cautions'));
+  const firstFigure = content.findIndex(e => e.tagName !== 'TABLE');
+  const firstTable = content.findIndex(e => e.tagName === 'TABLE');
+  return {opening: kids.slice(0, 4).map(e => e.id || e.tagName.toLowerCase()),
+          findings: Array.from(document.querySelectorAll('#findings p')).map(p => p.textContent),
+          cautions: Array.from(document.querySelectorAll('#cautions li')).map(li => li.textContent),
+          pageOverflow: document.documentElement.scrollWidth - window.innerWidth, clipped,
+          figuresFirst: firstFigure === -1 || firstTable === -1 || firstFigure < firstTable};
+})()
+"""
+
+
+def _invoke(*args) -> None:
+    from typer.testing import CliRunner
+
+    from simkit.cli.main import app
+
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.fixture(scope="module")
+def real_runs(tmp_path_factory):
+    """One small real run of every report kind, through the command line: kind → run directory."""
+    root = tmp_path_factory.mktemp("kinds")
+    cnn = "simkit:cnn1d:channels=8,layers=3"
+    _invoke("compare", cnn, "simkit:cnn1d:channels=16,layers=3", "--data", "mnist1d", "--n", "128",
+            "--out", root / "compare")
+    for k, channels in enumerate((4, 8, 16)):
+        _invoke("capture", f"simkit:cnn1d:channels={channels},layers=2", "--data", "mnist1d", "--n", "64",
+                "--reduce", "mean", "--out", root / f"cache{k}")
+    _invoke("compare", *(root / f"cache{k}" for k in range(3)), "--out", root / "study")
+    image = "simkit:cnn2d:channels=4,layers=2"
+    _invoke("convert", image, "--recipe", "conv-to-mlp", "--data", "digits", "--n", "300", "--rank", "8",
+            "--steps-per-stage", "3", "--finetune-epochs", "1", "--batch-size", "64", "--train-guide", "1",
+            "--baselines", "scratch", "--out", root / "convert")
+    _invoke("stitch", image, image, "--data", "digits", "--n", "120", "--steps", "4", "--iri-steps", "15",
+            "--batch-size", "32", "--layer-a", "blocks.0", "--layer-b", "blocks.0", "--objective", "hlm", "--iri",
+            "--out", root / "stitch", "--cache-dir", root / "iri-cache")
+    _invoke("linearize", image, "--data", "digits", "--n", "200", "--train", "1", "--epochs", "1", "--omega", "1e-2",
+            "--granularity", "channel", "--batch-size", "64", "--out", root / "linearize")
+    _invoke("graft", "simkit:llama:d=16,blocks=2", "--steps", "8", "--n", "16", "--batch-size", "8",
+            "--out", root / "graft")
+    return {kind: root / kind for kind in ("compare", "study", "convert", "stitch", "linearize", "graft")}
+
+
+def test_the_real_runs_cover_every_report_kind(real_runs):
+    from simkit.report import REPORT_KINDS
+
+    assert set(real_runs) == set(REPORT_KINDS)
+
+
+@pytest.mark.parametrize("kind", ["compare", "study", "convert", "stitch", "linearize", "graft"])
+def test_every_report_kind_opens_with_findings_and_fits_its_boxes(browser, real_runs, kind):
+    page = real_runs[kind] / "report.html"
+    browser.open(page.as_uri())
+    assert browser.errors() == []
+    layout = browser.evaluate(LAYOUT_JS)
+    png = browser.screenshot()
+    if os.environ.get("SIMKIT_SCREENSHOT_DIR"):  # to look at by eye, with what each report opens with
+        folder = Path(os.environ["SIMKIT_SCREENSHOT_DIR"])
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{kind}.png").write_bytes(png)
+        opening = {key: layout[key] for key in ("opening", "findings", "cautions", "clipped", "figuresFirst")}
+        (folder / f"{kind}.json").write_text(json.dumps(opening, indent=1), encoding="utf-8")
+    assert layout["opening"][:3] == ["h1", "p", "findings"], layout["opening"]  # heading, byline, findings
+    assert 1 <= len(layout["findings"]) <= 4 and all(len(s) > 20 for s in layout["findings"])
+    assert layout["pageOverflow"] <= 1, "the page scrolls sideways"
+    assert layout["clipped"] == []
+    assert layout["figuresFirst"], "a table comes before the first figure"

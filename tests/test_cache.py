@@ -56,6 +56,66 @@ def test_caches_of_different_data_refused(tmp_path, data):
         compare_caches(a, b, progress=False)
 
 
+def test_manifest_records_the_digest_of_the_samples(tmp_path, data):
+    import hashlib
+
+    manifest = read_manifest(write_cache(tmp_path, data, 0, batch_size=7))
+    expected = hashlib.sha256(str([(torch.float32, (5,))]).encode())  # dtype and sample shape, then the bytes
+    expected.update(data.numpy().tobytes())
+    assert manifest["samples_sha256"] == expected.hexdigest() and manifest["samples_digest_of"] == "inputs"
+    other_batches = read_manifest(write_cache(tmp_path / "b", data, 0, batch_size=9))
+    assert other_batches["samples_sha256"] == manifest["samples_sha256"]  # the samples, not their batching
+
+
+def test_caches_of_changed_or_reordered_samples_refused(tmp_path, data):
+    a = write_cache(tmp_path, data, 0)
+    changed = data.clone()
+    changed[17, 2] += 1e-3  # the same spec string and n, one value changed (a file rewritten meanwhile)
+    b = capture(model(1), changed, tmp_path / "changed", layers=["1", "3"], batch_size=8, progress=False,
+                data_name="rand")
+    with pytest.raises(SimkitError, match=r"caches hold different samples although both read 'rand' \(n = 40\)"):
+        compare_caches(a, b, progress=False)
+    c = capture(model(1), data.flip(0), tmp_path / "reordered", layers=["1", "3"], batch_size=8, progress=False,
+                data_name="rand")
+    with pytest.raises(SimkitError, match="came in another order"):
+        study([a, b, c], progress=False)
+    same = capture(model(1), data.clone(), tmp_path / "same", layers=["1", "3"], batch_size=8, progress=False,
+                   data_name="rand")
+    compare_caches(a, same, progress=False)  # equal content: accepted
+
+
+def test_cache_without_a_digest_is_compared_with_a_warning(tmp_path, data):
+    a, b = write_cache(tmp_path, data, 0), write_cache(tmp_path, data, 1)
+    manifest = json.loads((b / "manifest.json").read_text())
+    del manifest["samples_sha256"]
+    (b / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.warns(RuntimeWarning, match="records no digest of its samples"):
+        compare_caches(a, b, progress=False)
+
+
+def test_text_caches_are_digested_by_their_lines(tmp_path):
+    from simkit.data import load_data
+    from simkit.engine.caches import SampleDigest
+
+    (tmp_path / "t.txt").write_text("one line\nanother, longer line\nthird\n")
+    data = load_data(f"text:{tmp_path / 't.txt'}", tokenizer="bytes")
+    digest = SampleDigest(data)
+    digest.add(data.inputs)  # ignored: the texts, not their tokens, are the samples
+    digest.add(data.inputs)
+    expected = hashlib_of(["one line", "another, longer line", "third"][:2])
+    assert digest.result(2) == (expected, "texts")
+    assert data.take(torch.tensor([2, 0])).info["texts_sha256"] == [data.info["texts_sha256"][i] for i in (2, 0)]
+
+
+def hashlib_of(lines: list[str]) -> str:
+    import hashlib
+
+    outer = hashlib.sha256()
+    for line in lines:
+        outer.update(hashlib.sha256(line.encode()).digest())
+    return outer.hexdigest()
+
+
 def test_unknown_cached_layer_lists_valid_ones(tmp_path, data):
     a, b = write_cache(tmp_path, data, 0), write_cache(tmp_path, data, 1)
     with pytest.raises(SimkitError, match="unknown cached layer 'fc'"):

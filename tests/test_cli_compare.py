@@ -220,3 +220,37 @@ def test_new_measures_from_caches_and_in_a_study(tmp_path):
     assert np.allclose(np.diag(ridge.to_numpy()), 1.0, atol=0.05)        # a model predicts itself
     assert not np.allclose(ridge.to_numpy(), ridge.to_numpy().T)          # directional
     assert json.loads((tmp_path / "study" / "result.json").read_text())["meta"]["settings"]["ridge_folds"] == 3
+
+
+@pytest.mark.parametrize("command", ["compare", "capture", "layers", "report", "convert", "stitch", "linearize",
+                                     "graft", "napl"])
+def test_help_shows_no_type_beside_on_off_flags(command):
+    result = invoke(command, "--help")
+    assert result.exit_code == 0
+    assert "<bool>" not in result.output and "BOOLEAN" not in result.output
+
+
+def test_help_shows_the_defaults_and_choices_that_change_results():
+    compare_help = " ".join(invoke("compare", "--help").output.replace("│", " ").split())
+    assert "[default: (unbiased_cka, linear_cka)]" in compare_help.replace("linear_ cka", "linear_cka")
+    assert "[default: (10 or 0)]" in compare_help and "[default: auto]" in compare_help
+    capture_help = runner.invoke(app, ["capture", "--help"], env={"COLUMNS": "200"}).output
+    assert "auto, flatten, mean, cls or last" in capture_help and "[default: auto]" in capture_help
+    bad = invoke("capture", MLP_A, "--data", "mnist1d", "--reduce", "max", "--out", "/tmp/never-written")
+    assert bad.exit_code == 2 and bad.output.strip().splitlines() == [
+        "error: unknown reduction 'max'; choose one of auto, flatten, mean, cls, last"]
+
+
+def test_compare_defaults_lead_with_unbiased_cka_and_a_null(tmp_path):
+    out = tmp_path / "run"
+    result = invoke("compare", MLP_A, MLP_B, "--data", "mnist1d", "--n", "128", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "result.json").read_text())
+    assert data["summary"]["metrics"] == ["unbiased_cka", "linear_cka"] and data["meta"]["settings"]["null"] == 10
+    assert data["meta"]["method"]["unbiased_cka"]["hsic"] == "unbiased HSIC_1"
+    assert data["meta"]["method"]["linear_cka"]["hsic"] == "biased HSIC"
+    html = (out / "report.html").read_text(encoding="utf-8")
+    findings = html[html.index('id="findings"'):html.index("</section>", html.index('id="findings"'))]
+    assert findings.count("<p>") >= 2 and "unbiased_cka between " + MLP_A in findings
+    assert "linear_cka in minibatch mode averages biased HSIC over batches of 64 samples" in html
+    assert "Against a permutation null (10 shuffles of B&#39;s samples)" in findings

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -98,3 +99,49 @@ def test_cli_unavailable_device_exits_2_before_writing(tmp_path, device, message
     assert result.exit_code == 2
     assert result.output.strip() == message
     assert not (tmp_path / "x").exists()
+
+
+def test_help_shows_every_stopping_rule_and_its_default():
+    result = CliRunner().invoke(app, ["convert", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    for flag, default in (("--steps-per-stage", "auto"), ("--max-stage-steps", "1000"), ("--stop-loss", "auto"),
+                          ("--plateau-window", "100"), ("--plateau-factor", "0.5"), ("--val-fraction", "0.1"),
+                          ("--baseline-patience", "10"), ("--baseline-epochs", "60"),
+                          ("--baseline-max-epochs", "200"), ("--guide-lr", "0.01")):
+        assert re.search(re.escape(flag) + r".*?\[default: " + re.escape(default) + r"\]", text), flag
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--steps-per-stage", "many"], "--steps-per-stage must be 'auto' or a positive integer"),
+    (["--stop-loss", "low"], "--stop-loss must be a number, 'auto' or 'none'"),
+    (["--rank", "8,x"], "--rank must be a positive integer or a comma list"),
+    (["--val-fraction", "0.95"], "--val-fraction"),
+    (["--max-stage-steps", "0"], "--max-stage-steps"),
+    (["--baseline-patience", "0"], "--baseline-patience"),
+])
+def test_cli_bad_stopping_options_exit_2_with_one_line(tmp_path, args, message):
+    result = CliRunner().invoke(app, ["convert", GUIDE, *TINY, *args, "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "x").exists()
+
+
+def test_cli_auto_stages_and_a_rank_sweep(tmp_path):
+    args = [a for a in TINY if a not in ("--steps-per-stage", "3", "--rank", "8")]
+    result = CliRunner().invoke(app, ["convert", GUIDE, *args, "--steps-per-stage", "auto", "--max-stage-steps", "4",
+                                      "--stop-loss", "none", "--rank", "4,8", "--baselines", "scratch",
+                                      "--baseline-max-epochs", "3", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "gain over scratch" in result.output
+    runs = pd.read_csv(tmp_path / "runs.csv")
+    assert runs["rank"].tolist() == [4, 8]
+    assert (runs["scratch_steps"] >= runs["steps"].max()).all()
+    stages = pd.read_csv(tmp_path / "stage_summary.csv")
+    assert stages["steps"].tolist() == [4, 4, 4, 4] and set(stages["rule"]) == {"step cap 4"}
+    summary = json.loads((tmp_path / "result.json").read_text())["summary"]
+    assert summary["gain_over_scratch"] == pytest.approx(summary["converted_accuracy"] - summary["scratch_accuracy"])
+    settings = json.loads((tmp_path / "inputs.json").read_text())
+    assert "rank" in json.dumps(settings) and "max_stage_steps" in json.dumps(settings)
+    html = (tmp_path / "report.html").read_text()
+    assert html.index('id="findings"') < html.index("<img") and "Rank sweep" in html

@@ -111,3 +111,30 @@ def test_data_that_does_not_fit_the_model_exits_2(tmp_path, command):
     assert result.exit_code == 2, result.output
     assert "failed on inputs of shape (2, 1, 8, 8)" in result.output and "--data" in result.output
     assert not (tmp_path / "x" / "result.json").exists()
+
+
+def test_linearize_seeds_end_to_end(tmp_path):
+    out = tmp_path / "run"
+    result = invoke("linearize", "simkit:cnn2d:channels=4,layers=2", "--data", "digits", "--n", "200", "--train", "1",
+                    "--epochs", "1", "--omega", "1", "--seeds", "2", "--seed", "3", "--batch-size", "64", "--no-cka",
+                    "--out", out)
+    assert result.exit_code == 0, result.output
+    runs = pd.read_csv(out / "runs.csv")
+    assert sorted(zip(runs["granularity"], runs["seed"], strict=True)) == [
+        ("channel", 3), ("channel", 4), ("layer", 3), ("layer", 4)]
+    aggregate = pd.read_csv(out / "aggregate.csv")
+    assert aggregate["seeds"].tolist() == [2, 2]
+    assert aggregate["accuracy_mean"].tolist() == pytest.approx(runs.groupby("granularity")["accuracy"].mean().tolist())
+    assert (out / "matched.csv").is_file() and (out / "matched_mean.csv").is_file()
+    saved = json.loads((out / "result.json").read_text())
+    assert saved["summary"]["seeds"] == [3, 4] and saved["meta"]["settings"]["seeds"] == 2
+    assert json.loads((out / "inputs.json").read_text())["options"]["seeds"] == 2
+    html = (out / "report.html").read_text()
+    assert "mean ± std over seeds" in html and "Every granularity × ω ran for seeds 3, 4" in html
+
+
+def test_linearize_seeds_zero_exits_2(tmp_path):
+    result = invoke("linearize", "simkit:cnn1d:channels=4,layers=2", "--seeds", "0", "--out", tmp_path / "x")
+    assert result.exit_code == 2
+    assert "--seeds must be a positive integer, got 0" in result.output
+    assert not (tmp_path / "x").exists()

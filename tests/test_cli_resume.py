@@ -57,9 +57,11 @@ def snapshot(folder):
 
 
 def stable(value):
-    """``value`` without what wall-clock timings decide (``time_s``, graft's E3 recompute-cost correlation)."""
+    """``value`` without what wall-clock timings decide (``time_s``, graft's E3 recompute-cost correlation
+    and the verdict keys that follow from it)."""
     if isinstance(value, dict):
-        return {k: stable(v) for k, v in value.items() if k not in ("time_s", "seconds", "e3_cone_cost_correlation")}
+        return {k: stable(v) for k, v in value.items() if k not in ("time_s", "seconds", "e3_cone_cost_correlation",
+                                                                    "e3_pass", "all_pass", "verdict")}
     return [stable(v) for v in value] if isinstance(value, list) else value
 
 

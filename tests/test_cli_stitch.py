@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from simkit.cli.main import app
@@ -94,3 +95,49 @@ def test_cli_layers_auto(tmp_path, common):
     table = pd.read_csv(tmp_path / "r" / "stitching.csv")
     assert list(zip(table.layer_a, table.layer_b, strict=True)) == [("blocks.0", "blocks.0"),
                                                                     ("blocks.1", "blocks.1")]
+
+
+@pytest.fixture(scope="module")
+def eval_spec(tmp_path_factory):
+    """A separate labelled evaluation set of 40 images (same rule as ``data_spec``)."""
+    folder = tmp_path_factory.mktemp("eval")
+    rng = np.random.default_rng(7)
+    x = rng.random((40, 1, 8, 8)).astype(np.float32)
+    y = (x[:, 0, :4].sum((1, 2)) > x[:, 0, 4:].sum((1, 2))).astype(np.int64)
+    np.save(folder / "x.npy", x)
+    np.save(folder / "y.npy", y)
+    return f"npy:{folder / 'x.npy'},labels={folder / 'y.npy'}", torch.from_numpy(y)
+
+
+def test_cli_test_data_train_and_warnings(tmp_path, common, eval_spec):
+    from simkit.stitching.checks import at_chance
+
+    eval_spec, labels = eval_spec
+    args = ["stitch", MODEL, MODEL, *common, "--layer-a", "blocks.1", "--layer-b", "blocks.1", "--objective", "dm",
+            "--test-data", eval_spec, "--no-report"]
+    untrained = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "u")])
+    trained = CliRunner().invoke(app, [*args, "--train", "40", "--out", str(tmp_path / "t")])
+    for result, out in ((untrained, "u"), (trained, "t")):
+        assert result.exit_code == 0, result.output
+        data = json.loads((tmp_path / out / "result.json").read_text())
+        summary, meta = data["summary"], data["meta"]
+        assert meta["test_data"] == eval_spec and meta["n_test"] == 40 and meta["n_train"] == 120
+        assert summary["iri_converged_fraction"] is None and summary["chance_accuracy"] is not None
+        for name, key in (("model A", "a_accuracy"), ("model B", "b_accuracy")):
+            said = f"warning: {name} is at chance" in result.output
+            assert said == at_chance(summary[key], labels) == any(name in w for w in summary["warnings"])
+    inputs = json.loads((tmp_path / "t" / "inputs.json").read_text())
+    assert inputs["options"]["test_data"] == eval_spec and inputs["options"]["train"] == 40.0
+    assert (tmp_path / "t" / "checkpoints" / "train_a.pt").is_file()
+    before = json.loads((tmp_path / "u" / "result.json").read_text())["summary"]["a_accuracy"]
+    after = json.loads((tmp_path / "t" / "result.json").read_text())["summary"]["a_accuracy"]
+    assert after > before
+
+
+def test_cli_test_data_of_another_shape_exits_2(tmp_path, common):
+    result = CliRunner().invoke(app, ["stitch", MODEL, MODEL, *common, "--layer-a", "blocks.1", "--layer-b",
+                                      "blocks.1", "--test-data", "mnist1d", "--out", str(tmp_path / "r"),
+                                      "--no-report"])
+    assert result.exit_code == 2, result.output
+    assert "--test-data samples have shape (1, 40)" in result.output
+    assert not (tmp_path / "r" / "result.json").exists()

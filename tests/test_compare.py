@@ -160,11 +160,51 @@ def test_result_tables_and_summary(data):
     a, b = tiny_models()
     result = compare(a, b, data, layers_a=["1", "3"], layers_b=["1"], progress=False)
     frame = result.to_frame()
-    assert list(frame.columns) == ["layer_a", "layer_b", "metric", "value"]
-    assert set(frame["metric"]) == {"linear_cka", "unbiased_cka"}
+    # the defaults: unbiased_cka first, and a 10-permutation null (minibatch CKA: it costs ~1 % there)
+    assert list(frame.columns) == ["layer_a", "layer_b", "metric", "value", "null_mean", "null_p95"]
+    assert result.summary["metrics"] == ["unbiased_cka", "linear_cka"] and result.meta["settings"]["null"] == 10
+    assert result.summary["model_a"] == "model_a"  # a module simkit did not load has no spec to name it by
     layers = result.tables["layers"]
     assert list(layers["name"]) == ["1", "3", "1"] and list(layers["dim"]) == [8, 5, 7]
     assert result.summary["n_layers_a"] == 2 and result.summary["mode"] == "minibatch"
+
+
+@pytest.mark.parametrize("kwargs, permutations", [
+    (dict(), 10), (dict(metrics=["rbf_cka"]), 10), (dict(mode="exact"), 0),
+    (dict(metrics=["unbiased_cka", "mutual_knn"]), 0),  # a stored-path measure: a null is no longer cheap
+    (dict(null=0), 0), (dict(mode="exact", null=3), 3)])
+def test_the_default_null_is_on_only_where_it_is_cheap(data, kwargs, permutations):
+    a, b = tiny_models()
+    result = compare(a, b, data, layers_a=["1"], layers_b=["1"], progress=False, **{"knn_k": 3, **kwargs})
+    assert result.meta["settings"]["null"] == permutations
+    assert ("null_p95" in result.to_frame().columns) == (permutations > 0)
+
+
+def test_models_are_named_by_their_specs(data):
+    from simkit.data import load_data
+    from simkit.models import load_model
+
+    a, b = load_model("simkit:mlp:in_features=40,hidden=8,depth=1"), load_model("simkit:cnn1d:channels=4,layers=2")
+    result = compare(a, b, load_data("mnist1d", n=32), layers_a="blocks", layers_b="blocks", progress=False)
+    assert (result.summary["model_a"], result.summary["model_b"], result.summary["data"]) == (
+        "simkit:mlp:in_features=40,hidden=8,depth=1", "simkit:cnn1d:channels=4,layers=2", "mnist1d")
+    named = compare(a, b, load_data("mnist1d", n=32), names=("mine", "theirs"), progress=False)
+    assert (named.summary["model_a"], named.summary["model_b"]) == ("mine", "theirs")
+
+
+def test_data_b_feeds_model_b_its_own_inputs(data):
+    a, b = tiny_models()
+    shifted = data * 2.0  # B reads the same samples in another form
+    two = compare(a, b, data, layers_a=["1"], layers_b=["1"], data_b=shifted, progress=False, null=0)
+    ref_b = b[:2](shifted).detach().numpy()
+    ref_a = a[:2](data).detach().numpy()
+    from simkit.metrics import linear_cka
+    exact = compare(a, b, data, layers_a=["1"], layers_b=["1"], data_b=shifted, progress=False, mode="exact", null=0)
+    assert exact.matrix("linear_cka").iloc[0, 0] == pytest.approx(
+        float(linear_cka(torch.as_tensor(ref_a), torch.as_tensor(ref_b))), abs=1e-10)
+    assert two.summary["n"] == len(data)
+    with pytest.raises(SimkitError, match=r"`data_b` must hold the same samples as `data` \(48 rows\), got 47"):
+        compare(a, b, data, data_b=shifted[:47], progress=False)
 
 
 def test_null_columns_present(data):
@@ -188,7 +228,7 @@ def test_constant_layer_gives_nan_and_a_warning(data):
     (dict(mode="fast"), "unknown mode"),
     (dict(n=3, metrics=["unbiased_cka"], mode="exact"), "at least 4 samples"),
     (dict(layers_a=["nope"]), "unknown layer"),
-    (dict(null=-1), "`null` must be 0 or a positive number"),
+    (dict(null=-1), "`null` must be 0, a positive number of permutations or None"),
     (dict(batch_size=0), "`batch_size` must be a positive integer"),
     (dict(rbf_factor=0.0, metrics=["rbf_cka"]), "`rbf_factor` must be a positive number"),
     (dict(knn_k=0, metrics=["mutual_knn"]), "`knn_k` must be a positive integer"),
@@ -303,3 +343,9 @@ def test_layer_names_that_look_missing_survive_save_and_load(tmp_path):
     assert list(back.matrix("linear_cka").index) == ["NA", "nan", "None"]
     np.testing.assert_allclose(back.matrix("linear_cka").to_numpy(), result.matrix("linear_cka").to_numpy(),
                                rtol=1e-12)
+
+
+def test_progress_bar_writes_nothing_outside_a_terminal(capfd, data):
+    a, b = tiny_models()
+    compare(a, b, data, layers_a=["1"], layers_b=["1"])  # progress on (the default), stderr a pipe here
+    assert capfd.readouterr() == ("", "")  # not even the blank line a stopped bar leaves

@@ -147,7 +147,7 @@ def test_e1_warns_and_notes_when_fewer_values_than_the_papers_1600_are_compared(
                              after="blocks.0", branch="conv", steps=6)
     s, task = resolved_task(settings)
     with pytest.warns(RuntimeWarning, match=r"E1 compared only 240 output values \(24 probe samples\), fewer "
-                                            r"than the 1600 of the paper's check.*raise --n"):
+                                            r"than the 1600 of the paper's check.*raise `n` \(--n\)"):
         e1 = run_e1(task, s)
     assert (e1["values_compared"] == 24 * 10).all() and (e1["mismatches"] == 0).all()
     with warnings.catch_warnings():
@@ -164,3 +164,27 @@ def test_e1_warns_and_notes_when_fewer_values_than_the_papers_1600_are_compared(
     # resume from Python refuses other inputs, as the CLI does
     with pytest.raises(SimkitError, match=r"other inputs \(seed: 0 → 1\)"):
         graft(*inputs(settings), replace(settings, seed=1), run_dir=tmp_path / "run", resume=True)
+
+
+def test_e2_killed_right_after_a_checkpoint_resumes_with_every_row(tiny, tmp_path, monkeypatch):
+    """The kill lands between fit's checkpoint of a step and anything after it: the rows up to that
+    checkpoint are already written, so the resumed table equals the uninterrupted one, bit for bit."""
+    import simkit.training.loop as loop
+
+    s, task = tiny
+    s = replace(s, steps=10)  # checkpoints every 2 steps
+    reference, _, _ = run_e2(task, s, tmp_path / "ref", resume=False)
+    real = loop.save_checkpoint
+
+    def save_then_die(path, payload):
+        real(path, payload)
+        if not payload["finished"] and payload["step"] == 4:
+            raise KeyboardInterrupt  # as a SIGKILL would stop it, right after the file is in place
+
+    monkeypatch.setattr(loop, "save_checkpoint", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        run_e2(task, s, tmp_path / "cut", resume=False)
+    monkeypatch.setattr(loop, "save_checkpoint", real)
+    again, _, summary = run_e2(task, s, tmp_path / "cut", resume=True)
+    pd.testing.assert_frame_equal(reference, again, check_exact=True)
+    assert summary["e2_shadow_branch_first_grad_step"] == 2

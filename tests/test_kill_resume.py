@@ -64,7 +64,7 @@ from simkit.cli.main import main
 sys.argv = ["simkit", *sys.argv[1:]]
 main()
 '''
-TIMING = ("seconds", "time_s", "_s", "e3_cone_cost_correlation")
+TIMING = ("seconds", "time_s", "_s", "e3_cone_cost_correlation", "e3_pass", "all_pass", "verdict")  # E3 is timed
 
 
 def is_timing(name: str) -> bool:

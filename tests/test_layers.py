@@ -193,11 +193,11 @@ def test_tuple_and_dict_outputs_with_index():
     with pytest.raises(SimkitError, match="layer 'tuple_out' outputs tuple, not a tensor"), \
             record_layers(model, "tuple_out", output_index="hidden_states"):
         model(ids)
-    with record_layers(model, "tuple_out", output_index="hidden_states.1") as cap:  # a dotted path
+    with record_layers(model, "tuple_out", output_index="hidden_states.1", reduce="flatten") as cap:  # dotted
         model(ids)
         assert torch.equal(cap.pop()["tuple_out"], 2 * expected.reshape(2, -1))
     for index in (0, "0"):  # "0" as the command line passes it
-        with record_layers(model, "tuple_out", output_index=index) as cap:
+        with record_layers(model, "tuple_out", output_index=index, reduce="flatten") as cap:
             model(ids)
             assert torch.equal(cap.pop()["tuple_out"], expected.reshape(2, -1))
     with pytest.raises(SimkitError, match=r"output index 'nope' does not select a tensor"), \
@@ -223,6 +223,25 @@ def test_token_reductions_with_attention_mask():
     with record_layers(model, "embed", reduce="last") as cap:  # no mask: the last position
         model(ids)
         np.testing.assert_allclose(cap.pop()["embed"].numpy(), h[:, -1], rtol=1e-6)
+    # the default (auto) is the mask-aware mean for token sequences: padding never enters
+    with record_layers(model, "embed") as cap:
+        model(ids, attention_mask=mask)
+        np.testing.assert_allclose(cap.pop()["embed"].double().numpy(), results["mean"], rtol=1e-12)
+        assert cap.reductions["embed"] == "mean"
+    with record_layers(model, "embed", reduce="flatten") as cap:  # asked for: the padded positions stay
+        model(ids, attention_mask=mask)
+        np.testing.assert_allclose(cap.pop()["embed"].numpy(), h.reshape(2, -1), rtol=1e-6)
+        assert cap.reductions["embed"] == "flatten"
+
+
+def test_auto_flattens_channel_maps():
+    model = load_model("simkit:cnn2d:channels=3,layers=1")
+    x = torch.randn(5, 1, 8, 8)
+    with record_layers(model, "blocks.0") as cap:
+        model(x)
+        act = cap.pop()["blocks.0"]
+    np.testing.assert_array_equal(act.numpy(), model.blocks[0](x).detach().reshape(5, -1).numpy())
+    assert cap.reductions == {"blocks.0": "flatten"}
 
 
 def test_conv_reductions():

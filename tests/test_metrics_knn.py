@@ -111,9 +111,12 @@ def test_knn_overlap_counts():
     assert K.knn_overlap(a, b).tolist() == [2, 0]
 
 
-def test_default_chunk_bounds_the_block():
-    assert K.default_chunk(50_000) * 50_000 <= K.CHUNK_ELEMENTS
-    assert K.default_chunk(10) == 10
+def test_chunk_is_the_screening_tile_and_does_not_change_the_sets():
+    # n above two tiles: the float32 screen and the float64 decision run (not the small-n exact path)
+    x = torch.randn(400, 6, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    ref = np_knn(x.numpy(), 7)
+    for chunk in (16, 150, 399, None):
+        np.testing.assert_array_equal(K.knn_indices(x, 7, chunk=chunk).numpy(), ref)
 
 
 def test_errors():

@@ -291,10 +291,18 @@ def test_hf_wrapper_text_data_and_last_token(tmp_path, monkeypatch):
     assert len(data) == 2 and data.inputs["input_ids"].shape == (2, 4)
     assert data.inputs["attention_mask"].tolist() == [[1, 1, 1, 0], [1, 1, 1, 1]]
     batch = next(data.batches(2))
-    with record_layers(model, "model.layers.1", reduce="last") as cap:
+    # the model's own layer names (no wrapper prefix), its state dict keys, and its spec
+    assert [name for name, _ in model.named_modules()] == ["", *(n for n, _ in model.hf_model.named_modules() if n)]
+    assert list(model.state_dict()) == list(model.hf_model.state_dict())
+    assert model.simkit_spec == f"hf:{tmp_path}" and model.spec == f"hf:{tmp_path}"
+    with record_layers(model, "layers.1", reduce="last") as cap:
         hidden = model(**batch)
-        act = cap.pop()["model.layers.1"]
+        act = cap.pop()["layers.1"]
     assert torch.equal(act[0], hidden[0, 2]) and torch.equal(act[1], hidden[1, 3])  # last real token
+    model.train()
+    assert model.hf_model.training and model.layers[0].training
+    model.eval()
+    assert not model.hf_model.training and not model.layers[0].training
 
 
 def test_corrupt_safetensors_is_a_clear_error(tmp_path):

@@ -139,6 +139,9 @@ CASES = [
     case("convert-guide-init-typo", good("convert", "--guide-init", "trainde"), "trained"),
     case("convert-data-typo", good("convert", "--data", "digts"), "digits"),
     case("convert-n-zero", good("convert", "--n", "0"), "--n"),
+    case("convert-steps-per-stage-word", good("convert", "--steps-per-stage", "many"), "--steps-per-stage"),
+    case("convert-stop-loss-word", good("convert", "--stop-loss", "low"), "--stop-loss"),
+    case("convert-val-fraction-too-big", good("convert", "--val-fraction", "0.95"), "--val-fraction"),
     case("convert-guide-missing-file", ["convert", "file:{f}/missing.pt", *good("convert")[2:]], "does not exist"),
     case("convert-guide-random-bytes", ["convert", "file:{f}/random.pt", *good("convert")[2:]],
          "random.pt' is not a model file simkit can read"),  # not "a pickled object, pass --trust"
@@ -175,6 +178,9 @@ CASES = [
     case("stitch-resume-truncated-checkpoint", good("stitch", "--resume"), "is truncated or corrupt",
          out="earlier+truncated-checkpoint"),
     case("stitch-resume-changed", good("stitch", "--resume", "--seed", "2"), "seed: 0 → 2"),
+    case("stitch-train-negative", good("stitch", "--train", "-1"), "--train"),
+    case("stitch-test-data-does-not-fit", good("stitch", "--test-data", "mnist1d"), "--test-data"),
+    case("stitch-iri-restarts-negative", good("stitch", "--iri", "--iri-restarts", "-1"), "--iri-restarts"),
     # --- linearize
     case("linearize-omega-not-a-number", good("linearize", "--omega", "abc", drop=("--omega",)), "--omega"),
     case("linearize-omega-negative", good("linearize", "--omega", "-1", drop=("--omega",)), "--omega"),
@@ -184,6 +190,7 @@ CASES = [
     case("linearize-epochs-infinite", good("linearize", "--epochs", "inf"), "--epochs"),
     case("linearize-lr-negative", good("linearize", "--lr", "-1"), "--lr"),
     case("linearize-batch-size-zero", good("linearize", "--batch-size", "0"), "--batch-size"),
+    case("linearize-seeds-zero", good("linearize", "--seeds", "0"), "--seeds"),
     case("linearize-nan-held-out", good("linearize", "--data", "npy:{f}/nan_late.npy,labels={f}/y.npy"), "NaN"),
     case("linearize-weights-random-bytes", good("linearize", "--weights", "{f}/random.pt"), "random.pt"),
     case("linearize-weights-truncated", good("linearize", "--weights", "{f}/trunc.pt"),

@@ -112,7 +112,7 @@ def test_heatmap_colours_follow_values_and_range():
     expected = [to_hex(colormaps["magma"](v)) for v in (0.0, 0.5, 1.0, 0.25)]
     assert fills == expected
     ticks = [t.text for t in svg.find("g[@class='colorbar']").findall("text")]
-    assert ticks == ["0.000", "0.250", "0.500", "0.750", "1.000"]
+    assert ticks == ["0.00", "0.25", "0.50", "0.75", "1.00"]
     # Default range = the data's finite min and max.
     ticks = [t.text for t in svg_root(heatmap_svg(frame * 2 + 1, title="t", fmt=".1f"))
              .find("g[@class='colorbar']").findall("text")]

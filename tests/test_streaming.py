@@ -147,6 +147,23 @@ def test_exact_features_equal_one_shot_for_any_batching(cuts):
         np.testing.assert_allclose(out[m]["value"], REF[m], rtol=0, atol=1e-10)
 
 
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cuts=st.lists(st.integers(1, 59), min_size=1, max_size=6))
+def test_exact_features_of_float32_activations_do_not_depend_on_the_batches(cuts):
+    # float32 activations with large means: centring and every product run in float64 on the exact
+    # float32 values, so any batch split gives the one-shot sums to float64 rounding (not float32's)
+    xa, xb = make_layers(60, seed=3, dtype=np.float32)
+    xa[1] += np.float32(1e3)
+    one = feed(make_accumulator(["linear_cka", "unbiased_cka"], "exact", dims(xa), dims(xb)), xa, xb, [60]).compute()
+    got = feed(make_accumulator(["linear_cka", "unbiased_cka"], "exact", dims(xa), dims(xb)), xa, xb,
+               split_sizes(60, cuts)).compute()
+    ref = {m: np_matrix([a.astype(np.float64) for a in xa], [b.astype(np.float64) for b in xb],
+                        lambda a, b, m=m: np_cka(a, b, m)) for m in ("linear_cka", "unbiased_cka")}
+    for m in ("linear_cka", "unbiased_cka"):
+        np.testing.assert_allclose(got[m]["value"], one[m]["value"], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(got[m]["value"], ref[m], rtol=0, atol=1e-10)
+
+
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cuts=st.lists(st.integers(1, N - 1), max_size=4))
 def test_exact_stored_paths_equal_one_shot_for_any_batching(cuts):

@@ -308,7 +308,8 @@ def test_resume_after_interruption_mid_stage(tmp_path, monkeypatch):
 
     def interrupting(target, guide):
         calls["n"] += 1
-        if calls["n"] == 6 + 2 * 3 + 1:  # stage 1: 6 calls; stage 2: 2 per step; fail in step 4
+        # stage 1: 6 calls, then 3 for the held-out loss of each layer; stage 2: 2 per step; fail in step 4
+        if calls["n"] == 6 + 3 + 2 * 3 + 1:
             raise KeyboardInterrupt
         return real(target, guide)
 
@@ -321,7 +322,9 @@ def test_resume_after_interruption_mid_stage(tmp_path, monkeypatch):
     calls["n"] = -10**9  # never interrupt again; count what the resumed run computes
     resumed = run(tiny_guide(3), data, run_dir=tmp_path / "run", resume=True, **common)
     redone = calls["n"] + 10**9
-    assert redone == 2 * (6 - 2) + 3 * 6  # stage 1 skipped; stage 2 from step 2; stage 3 in full
+    # stage 1 skipped (its held-out rows recomputed); stage 2 from step 2; stage 3 in full; 3 held-out
+    # losses after every stage and after fine-tuning
+    assert redone == 2 * (6 - 2) + 3 * 6 + 3 * 4
     pd.testing.assert_frame_equal(resumed.tables["stages"], reference.tables["stages"])
     pd.testing.assert_frame_equal(resumed.tables["runs"].drop(columns=["seconds", "align_seconds"]),
                                   reference.tables["runs"].drop(columns=["seconds", "align_seconds"]))
@@ -360,10 +363,11 @@ def test_n_caps_the_data_before_the_split_for_a_spec_and_a_dataset_alike(tmp_pat
     # no native test split: the first 30 samples, then the seeded 80/20 split of those 30
     for data in (load_data(spec, n=30), load_data(spec)):  # the CLI's load, and a whole Dataset
         meta = run(tiny_guide(), data, **common).meta
-        assert (meta["n"], meta["n_train"], meta["n_test"]) == (30, 24, 6)
-    # a native test split is kept whole; n caps the training part
+        # 24 training rows, of which 10 % (2) are the validation split
+        assert (meta["n"], meta["n_train"], meta["n_val"], meta["n_test"]) == (30, 22, 2, 6)
+    # a native test split is kept whole; n caps the training part (then 3 of its 30 validate)
     meta = run(tiny_guide(), tiny_data(), **common).meta
-    assert (meta["n_train"], meta["n_test"]) == (30, 96)
+    assert (meta["n_train"], meta["n_val"], meta["n_test"]) == (27, 3, 96)
 
 
 def test_bad_names_are_errors():

@@ -14,6 +14,7 @@ rank reduction), ``assemble`` (the one result assembler).
 
 from __future__ import annotations
 
+import simkit.report  # noqa: F401  (registers how results show in a notebook: simkit.results.HTML_VIEWS)
 from simkit.engine.caches import capture
 from simkit.engine.comparison import compare, compare_caches
 from simkit.engine.options import DEFAULT_METRICS, check_metrics

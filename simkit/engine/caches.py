@@ -5,6 +5,7 @@ The format (shards + ``manifest.json``, written last) and its readers are in ``s
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,8 +27,41 @@ from simkit.rundir import check_run_path
 from simkit.runinfo import run_meta
 
 
+class SampleDigest:
+    """The sha256 of the samples a cache holds, content and order, fed batch by batch (no batch is kept).
+
+    ``result(rows)`` → ``(hex, what it covers)``: a text Dataset (``info["texts_sha256"]``, one digest per
+    line) by its first ``rows`` texts, so caches of one text file read through different models'
+    tokenizers still match; anything else by the bytes of its input batches (a dict by key), in order.
+    """
+
+    def __init__(self, data: Any):
+        info = getattr(data, "info", None)
+        self.texts = info.get("texts_sha256") if isinstance(info, dict) else None
+        self.hash = hashlib.sha256()
+        self.started = False
+
+    def add(self, batch: Any) -> None:
+        """Hash one batch of inputs; the digest does not depend on how the samples were split into batches."""
+        if self.texts is not None:
+            return
+        parts = [batch] if isinstance(batch, torch.Tensor) else [batch[key] for key in sorted(batch)]
+        if not self.started:  # each input's dtype and sample shape, once
+            self.hash.update(str([(part.dtype, tuple(part.shape[1:])) for part in parts]).encode())
+            self.started = True
+        for part in parts:
+            self.hash.update(part.detach().cpu().contiguous().numpy().tobytes())
+
+    def result(self, rows: int) -> tuple[str, str]:
+        if self.texts is not None:
+            for line in self.texts[:rows]:
+                self.hash.update(bytes.fromhex(line))
+            return self.hash.hexdigest(), "texts"
+        return self.hash.hexdigest(), "inputs"
+
+
 def capture(model: nn.Module, data: Any, out: str | Path, *, layers: str | Sequence[str] = "blocks",
-            reduce: str = "flatten", batch_size: int = 64, n: int | None = None,
+            reduce: str = "auto", batch_size: int = 64, n: int | None = None,
             device: str | torch.device = "cpu", output_index: Any = None, shard_bytes: int = 256 * 2**20,
             dtype: torch.dtype = torch.float32, model_name: str = "model", data_name: str | None = None,
             seed: int = 0, progress: bool = True) -> Path:
@@ -35,7 +69,9 @@ def capture(model: nn.Module, data: Any, out: str | Path, *, layers: str | Seque
 
     Activations are reduced to (n, dim) per layer and stored in ``dtype``; shards hold about
     ``shard_bytes`` each. ``model_name``, ``data_name`` (default: a Dataset's spec) and ``seed`` are
-    recorded in the manifest. Returns the cache directory.
+    recorded in the manifest, with ``samples_sha256`` (:class:`SampleDigest`), which
+    ``compare_caches`` and ``study`` check. ``reduce``: as in ``simkit.layers`` (``auto``: the mask-aware
+    mean over a token sequence, flatten otherwise). Returns the cache directory.
     """
     if isinstance(model, str):
         raise SimkitError(f"`model` is a spec string ({model!r}); load it first with "
@@ -87,10 +123,12 @@ def capture(model: nn.Module, data: Any, out: str | Path, *, layers: str | Seque
         shards.append({"file": name, "rows": int(next(iter(tensors.values())).shape[0])})
         pending, pending_bytes = [], 0
 
+    digest = SampleDigest(data)
     bar = progress_bar(progress)
     task = bar.add_task("capture", total=steps(count_rows(data), n, batch_size))
     with Tap(model, chosen, model_name, reduce=reduce, output_index=output_index, device=resolved) as tap, bar:
         for _, batch in global_batches(data, batch_size, n):
+            digest.add(batch)
             acts = [a.detach().to("cpu", dtype) for a in tap.step(batch)]
             start_writing()
             dims = [int(a.shape[1]) for a in acts]
@@ -105,8 +143,10 @@ def capture(model: nn.Module, data: Any, out: str | Path, *, layers: str | Seque
     if not rows:
         raise SimkitError("the data yielded no samples; check `data` and `n`")
     start_writing()
+    samples_sha256, digest_of = digest.result(rows)
     manifest = run_meta(
         format=FORMAT, model=model_name, data=data_label(data, data_name), n=rows, seed=seed,
+        samples_sha256=samples_sha256, samples_digest_of=digest_of,
         batch_size=batch_size, reduce=reduce, dtype=str(dtype).replace("torch.", ""),
         layers=[{k: v for k, v in row.items() if k != "model"} for row in layer_rows],
         shards=shards, seconds=round(time.perf_counter() - started, 3),

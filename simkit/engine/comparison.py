@@ -39,6 +39,12 @@ def check_module(value: Any, argument: str) -> nn.Module:
     return value
 
 
+def _spec_of(model: nn.Module, default: str) -> str:
+    """The spec ``simkit.models.load_model`` loaded ``model`` from (``model.simkit_spec``), else ``default``."""
+    spec = getattr(model, "simkit_spec", None)
+    return spec if isinstance(spec, str) else default
+
+
 def check_data(data: Any) -> Any:
     """``data`` unless it is a spec string (a SimkitError saying how to load it)."""
     if isinstance(data, str):
@@ -49,29 +55,40 @@ def check_data(data: Any) -> Any:
 def compare(model_a: nn.Module, model_b: nn.Module, data: Any, *,
             layers_a: str | Sequence[str] = "blocks", layers_b: str | Sequence[str] = "blocks",
             metrics: Sequence[str] = DEFAULT_METRICS, mode: str = "minibatch", batch_size: int = 64,
-            n: int | None = None, reduce: str = "auto", null: int = 0, seed: int = 0,
+            n: int | None = None, reduce: str = "auto", null: int | None = None, seed: int = 0,
             device: str | torch.device = "cpu", output_index: Any = None, rbf_factor: float = 1.0,
             knn_k: int = 10, memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET, shape_alpha: float = 0.5,
             cca_eps: float = 0.0, svcca_keep: float = 0.99, ridge_lambda: float = 1e-2, ridge_folds: int = 5,
             rsa_distance: str = "correlation", rsa_compare: str = "spearman", progress: bool = True,
-            names: tuple[str, str] = ("model_a", "model_b"), data_name: str | None = None,
-            seeds: Mapping[str, int] | None = None) -> CompareResult:
+            names: tuple[str, str] | None = None, data_name: str | None = None,
+            seeds: Mapping[str, int] | None = None, data_b: Any = None) -> CompareResult:
     """Compare every chosen layer of ``model_a`` with every chosen layer of ``model_b``.
 
     model_a, model_b: nn.Modules (load spec strings with ``simkit.models.load_model``).
     data: Tensor (N, ...), dict of tensors, ``simkit.data.Dataset`` or an iterable of batches (load spec
     strings with ``simkit.data.load_data``).
     layers_*: names, globs, ``type:Class`` and presets (``blocks``), as a list or a comma string.
-    seed: the permutation null's seed. shape_alpha ... rsa_compare: settings of the measures beyond CKA
-    (``simkit.metrics.settings.MeasureSettings``). Runtime only (recorded, no effect on the numbers): ``names`` of the
-    models, ``data_name`` (default: a Dataset's spec), ``seeds`` the caller made the models and data with
-    (``meta.seeds``).
+    null: permutations of B's samples for the null band (None: ``simkit.engine.options.DEFAULT_NULL``
+    when every metric is a minibatch CKA, else 0). seed: the permutation null's seed.
+    shape_alpha ... rsa_compare: settings of the measures beyond CKA (``simkit.metrics.settings.MeasureSettings``).
+    Runtime only (recorded, no effect on the numbers): ``names`` of the models (default: the specs
+    ``simkit.models.load_model`` loaded them from, else model_a/model_b), ``data_name`` (default: a
+    Dataset's spec), ``seeds`` the caller made the models and data with (``meta.seeds``).
+    data_b: B's own inputs for the same samples in the same order, when B reads them differently (text
+    tokenised by each model's own tokenizer); default: B sees ``data``.
     The models are moved to ``device`` (and stay there); their train/eval flags are restored and no
     hook is left behind. Passing the same module twice runs one forward pass per batch.
     Returns a CompareResult: ``.matrix(metric)`` is (L_a, L_b); ``.to_frame()`` the long table.
     """
     model_a, model_b = check_module(model_a, "model_a"), check_module(model_b, "model_b")
     data = check_data(data)
+    if data_b is not None:
+        data_b = check_data(data_b)
+        if count_rows(data) is None or count_rows(data_b) != count_rows(data):
+            raise SimkitError(f"`data_b` must hold the same samples as `data` ({count_rows(data)} rows), "
+                              f"got {count_rows(data_b)} rows")
+    if names is None:
+        names = (_spec_of(model_a, "model_a"), _spec_of(model_b, "model_b"))
     options = engine_options(metrics=metrics, mode=mode, batch_size=batch_size, n=n, null=null, seed=seed,
                              rbf_factor=rbf_factor, knn_k=knn_k, memory_budget_bytes=memory_budget_bytes,
                              device=device, shape_alpha=shape_alpha, cca_eps=cca_eps,
@@ -87,18 +104,22 @@ def compare(model_a: nn.Module, model_b: nn.Module, data: Any, *,
     task = bar.add_task(f"compare ({options.mode})", total=steps(count_rows(data), n, batch_size))
 
     # one model against itself: one set of hooks and one forward pass per batch feed both sides
-    same = model_a is model_b
+    same = model_a is model_b and data_b is None
     union = chosen_a + [name for name in chosen_b if name not in chosen_a] if same else chosen_a
 
     def activations() -> Iterator[Activations]:
         with bar:
-            for index, batch in global_batches(data, batch_size, n, rank=distributed.rank(),
-                                               world_size=distributed.world_size()):
+            stream = global_batches(data, batch_size, n, rank=distributed.rank(),
+                                    world_size=distributed.world_size())
+            stream_b = None if data_b is None else global_batches(
+                data_b, batch_size, n, rank=distributed.rank(), world_size=distributed.world_size())
+            for index, batch in stream:
                 if same:
                     acts = dict(zip(union, tap_a.step(batch), strict=True))
                     yield index, [acts[name] for name in chosen_a], [acts[name] for name in chosen_b]
                 else:
-                    yield index, tap_a.step(batch), tap_b.step(batch)
+                    batch_b = batch if stream_b is None else next(stream_b)[1]
+                    yield index, tap_a.step(batch), tap_b.step(batch_b)
                 bar.advance(task, distributed.world_size())
 
     with ExitStack() as stack:
@@ -107,7 +128,7 @@ def compare(model_a: nn.Module, model_b: nn.Module, data: Any, *,
         tap_b = tap_a if same else stack.enter_context(
             Tap(model_b, chosen_b, names[1], reduce=reduce, output_index=output_index, device=options.device))
         measured = measure(activations(), options, names_a=[f"{name!r} ({names[0]})" for name in chosen_a],
-                           names_b=[f"{name!r} ({names[1]})" for name in chosen_b])
+                           names_b=[f"{name!r} ({names[1]})" for name in chosen_b], progress=progress)
     seconds = time.perf_counter() - started
     rows = tap_a.layer_rows("a", measured.dims_a, chosen_a) + tap_b.layer_rows("b", measured.dims_b, chosen_b)
     forward = tap_a.forward_seconds + (0.0 if same else tap_b.forward_seconds)
@@ -121,7 +142,7 @@ def compare(model_a: nn.Module, model_b: nn.Module, data: Any, *,
 
 def compare_caches(path_a: str | Path, path_b: str | Path, *, layers_a: str | Sequence[str] = "blocks",
                    layers_b: str | Sequence[str] = "blocks", metrics: Sequence[str] = DEFAULT_METRICS,
-                   mode: str = "minibatch", batch_size: int = 64, n: int | None = None, null: int = 0,
+                   mode: str = "minibatch", batch_size: int = 64, n: int | None = None, null: int | None = None,
                    seed: int = 0, rbf_factor: float = 1.0, knn_k: int = 10,
                    memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET, device: str | torch.device = "cpu",
                    shape_alpha: float = 0.5, cca_eps: float = 0.0, svcca_keep: float = 0.99,
@@ -149,7 +170,7 @@ def compare_caches(path_a: str | Path, path_b: str | Path, *, layers_a: str | Se
                 bar.advance(task, distributed.world_size())
 
     measured = measure(activations(), options, names_a=[f"{name!r} ({path_a})" for name in chosen[0]],
-                       names_b=[f"{name!r} ({path_b})" for name in chosen[1]])
+                       names_b=[f"{name!r} ({path_b})" for name in chosen[1]], progress=progress)
     rows = []
     for side, manifest, layer_names in zip("ab", manifests, chosen, strict=True):
         by_name = {layer["name"]: layer for layer in manifest["layers"]}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -22,6 +22,10 @@ from simkit import distributed
 from simkit.engine.options import EngineOptions
 from simkit.errors import SimkitError
 from simkit.metrics.streaming import Accumulator, make_accumulator
+from simkit.progress import progress_bar
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 #: one batch of both sides: (global batch index, one (b, p_i) tensor per layer of A, likewise for B)
 Activations = tuple[int, Sequence[torch.Tensor], Sequence[torch.Tensor]]
@@ -64,13 +68,38 @@ def reduce_over_ranks(accumulator: Accumulator, device: torch.device | str | Non
         accumulator.load_stored(payloads, None if device is None else torch.device(device))
 
 
+def compute_with_progress(accumulator: Accumulator, progress: bool) -> dict[str, dict[str, np.ndarray]]:
+    """``accumulator.compute()`` with one progress bar task per long phase it reports (none when
+    ``progress`` is false, or on a rank other than 0). The bar starts at the first report, so a compute
+    without a long phase (the minibatch Grams, the feature sums) draws nothing."""
+    if not progress:
+        return accumulator.compute()
+    bars: list[Any] = []
+    tasks: dict[str, TaskID] = {}
+
+    def report(phase: str, advance: int, total: int) -> None:
+        if not bars:
+            bars.append(progress_bar(True))
+            bars[0].start()
+        if phase not in tasks:
+            tasks[phase] = bars[0].add_task(phase, total=total)
+        bars[0].advance(tasks[phase], advance)
+
+    try:
+        return accumulator.compute(report)
+    finally:
+        for bar in bars:
+            bar.stop()
+
+
 def measure(activations: Iterable[Activations], options: EngineOptions, *, names_a: Sequence[str] | None = None,
-            names_b: Sequence[str] | None = None) -> Measured:
+            names_b: Sequence[str] | None = None, progress: bool = False) -> Measured:
     """Feed every ``(index, acts_a, acts_b)`` batch to one accumulator, reduce over ranks, compute.
 
     The accumulator is created from the first batch's widths with ``options``; ``names_*`` name the
     layers in warnings and errors. On a rank that got no batch it is created from another rank's widths
-    (every rank joins the reductions).
+    (every rank joins the reductions). ``progress``: a bar per long step after the last batch (the
+    neighbour searches, the permutations of a null), as the engine shows the batches.
     """
     accumulator: Accumulator | None = None
     dims_a: list[int] = []
@@ -104,5 +133,5 @@ def measure(activations: Iterable[Activations], options: EngineOptions, *, names
     if "unbiased_cka" in options.metrics and rows < 4:
         raise SimkitError(f"unbiased CKA needs at least 4 samples, got {rows}; raise `n`")
     start = time.perf_counter()
-    values = accumulator.compute()
+    values = compute_with_progress(accumulator, progress)
     return Measured(values, rows, dims_a, dims_b, accumulator.describe(), time.perf_counter() - start)

@@ -22,8 +22,22 @@ from simkit.forward import resolve_device
 from simkit.metrics.settings import MeasureSettings, measure_settings
 from simkit.metrics.streaming import METRICS, MODES
 
-DEFAULT_METRICS = ("linear_cka", "unbiased_cka")
+# unbiased_cka first: in minibatch mode it is Nguyen et al.'s estimator (unbiased HSIC_1 per batch), and the
+# report leads with the first metric; linear_cka (biased HSIC) is kept beside it for comparison
+DEFAULT_METRICS = ("unbiased_cka", "linear_cka")
 DEFAULT_MEMORY_BUDGET = 2**30
+# ``null=None``: this many permutations when every metric takes the minibatch Gram path (there the null
+# permutes the batch's b × b Grams: no extra forward pass, within the timing noise of the quick start,
+# see README "What each mode computes"), else none (an exact-mode null stores the activations instead of
+# streaming feature sums: +32 to +39 % CPU at n = 256 for ResNet-18 vs 34; benchmarks/bench_null.py)
+DEFAULT_NULL = 10
+_GRAM_METRICS = frozenset({"linear_cka", "unbiased_cka", "rbf_cka"})
+
+
+def default_null(metrics: Sequence[str], mode: str) -> int:
+    """The permutations ``null=None`` stands for: :data:`DEFAULT_NULL` in minibatch mode when every
+    metric is a minibatch CKA (linear, unbiased, RBF), else 0."""
+    return DEFAULT_NULL if mode == "minibatch" and set(metrics) <= _GRAM_METRICS else 0
 
 
 def check_metrics(metrics: Sequence[str]) -> list[str]:
@@ -75,20 +89,24 @@ class EngineOptions:
                 **self.measures.used(self.metrics)}
 
 
-def engine_options(*, metrics: Sequence[str], mode: str, batch_size: int, n: int | None, null: int, seed: int,
+def engine_options(*, metrics: Sequence[str], mode: str, batch_size: int, n: int | None, null: int | None, seed: int,
                    rbf_factor: float, knn_k: int, memory_budget_bytes: int,
                    device: str | torch.device, shape_alpha: float = 0.5, cca_eps: float = 0.0,
                    svcca_keep: float = 0.99, ridge_lambda: float = 1e-2, ridge_folds: int = 5,
                    rsa_distance: str = "correlation", rsa_compare: str = "spearman") -> EngineOptions:
-    """Check every shared option (the device last: it may probe CUDA) and return them as one object."""
+    """Check every shared option (the device last: it may probe CUDA) and return them as one object;
+    ``null=None`` becomes :func:`default_null`."""
     chosen = check_metrics(metrics)
     if mode not in MODES:
         raise SimkitError(f"unknown mode {mode!r} in `mode`; choose exact or minibatch")
+    if null is None:
+        null = default_null(chosen, mode)
     check_batch_size(batch_size)
     if n is not None and (not _is_int(n) or n < 1):
         raise SimkitError(f"`n` must be a positive integer (or None for all samples), got {n!r}")
     if not _is_int(null) or null < 0:
-        raise SimkitError(f"`null` must be 0 or a positive number of permutations, got {null!r}")
+        raise SimkitError(f"`null` must be 0, a positive number of permutations or None (the default), "
+                          f"got {null!r}")
     if not _is_int(seed):
         raise SimkitError(f"`seed` must be an integer, got {seed!r}")
     if isinstance(rbf_factor, bool) or not isinstance(rbf_factor, numbers.Real) \

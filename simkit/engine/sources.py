@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, suppress
 from pathlib import Path
@@ -198,10 +199,22 @@ def stream_caches(paths: Sequence[str | Path], layers: Sequence[list[str]], batc
 
 
 def check_same_samples(manifests: Sequence[dict[str, Any]], paths: Sequence[str | Path]) -> None:
-    """Caches compared together must hold the same samples in the same order."""
+    """Caches compared together must hold the same samples in the same order: the same data spec and n,
+    and the same ``samples_sha256`` (content and order, ``simkit.engine.caches.SampleDigest``); a cache
+    written before digests were recorded is compared with a warning that its samples cannot be checked."""
     first = manifests[0]
     for manifest, path in zip(manifests[1:], paths[1:], strict=True):
         for key in ("data", "n"):
             if manifest[key] != first[key]:
                 raise SimkitError(f"caches hold different data: {paths[0]} has {key}={first[key]!r} but "
                                   f"{path} has {key}={manifest[key]!r}; capture both with the same `data` and `n`")
+        digests = [first.get("samples_sha256"), manifest.get("samples_sha256")]
+        if None in digests:
+            warnings.warn(f"{paths[0] if digests[0] is None else path} records no digest of its samples "
+                          "(written by an older simkit): that both caches hold the same samples is not checked; "
+                          "capture it again to have it checked", RuntimeWarning, stacklevel=3)
+        elif digests[0] != digests[1] or first.get("samples_digest_of") != manifest.get("samples_digest_of"):
+            raise SimkitError(f"caches hold different samples although both read {first['data']!r} (n = "
+                              f"{first['n']}): the sample digests of {paths[0]} ({str(digests[0])[:12]}…) and {path} "
+                              f"({str(digests[1])[:12]}…) differ, so the data changed between the captures or came "
+                              "in another order; capture both again from the same data")

@@ -44,7 +44,7 @@ def model_labels(paths: Sequence[str | Path]) -> list[str]:
 
 
 def study(paths: Sequence[str | Path], *, pairing: str = "last", metrics: Sequence[str] = DEFAULT_METRICS,
-          mode: str = "minibatch", batch_size: int = 64, n: int | None = None, null: int = 0, seed: int = 0,
+          mode: str = "minibatch", batch_size: int = 64, n: int | None = None, null: int | None = None, seed: int = 0,
           rbf_factor: float = 1.0, knn_k: int = 10, memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
           device: str | torch.device = "cpu", shape_alpha: float = 0.5, cca_eps: float = 0.0,
           svcca_keep: float = 0.99, ridge_lambda: float = 1e-2, ridge_folds: int = 5,
@@ -74,7 +74,7 @@ def study(paths: Sequence[str | Path], *, pairing: str = "last", metrics: Sequen
                 yield index, acts, acts
                 bar.advance(task, distributed.world_size())
 
-    measured = measure(activations(), options)
+    measured = measure(activations(), options, progress=progress)
     reductions = [m["reduce"] for m in manifests]
     return study_result(
         options, measured, labels=labels, layers=layers, models=[m["model"] for m in manifests],

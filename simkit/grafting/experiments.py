@@ -17,7 +17,8 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,9 +30,10 @@ from torch import nn
 
 from simkit.errors import SimkitError
 from simkit.forward import eval_mode
-from simkit.grafting.settings import GraftSettings
+from simkit.grafting.settings import E1_MIN_VALUES, GraftSettings
 from simkit.grafting.tasks import Task, save_task
 from simkit.io import save_torch, write_json
+from simkit.progress import progress_bar
 from simkit.seeding import derive_seed
 from simkit.surgery.branches import GatedResidual, MLPBranch
 from simkit.surgery.cone import CachedRunner, downstream_cone, find_node, original_target, trace
@@ -57,16 +59,33 @@ def float_bits(values: list[float]) -> list[int]:
 
 
 # ---------------------------------------------------------------- E1
-E1_MIN_VALUES = 1600  # the paper's E1: 0/1600 logit bit mismatches (spec §4)
-
-
 def e1_shortfall(values: int, samples: int) -> str | None:
-    """The warning when E1 compared fewer output values than the paper's check, else None."""
+    """The warning when E1 compared fewer output values than the paper's check, else None.
+
+    The probe already holds enough samples for ``E1_MIN_VALUES`` values when the data has them
+    (:func:`simkit.grafting.tasks.probe_size`), so a shortfall means the loaded data is too small.
+    """
     if values >= E1_MIN_VALUES:
         return None
     return (f"E1 compared only {values} output values ({samples} probe samples), fewer than the "
             f"{E1_MIN_VALUES} of the paper's check, so 0 mismatches is weaker evidence of a bit-exact graft; "
-            "raise --n (the probe is the first 64 samples of a user's data, 8 sequences for the built-in model)")
+            "the probe holds every loaded sample, so load more samples: raise `n` (--n) or give a larger dataset")
+
+
+@contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op thread count set to ``threads`` inside the block, restored after it.
+
+    The suite's models are small: on a 2-core machine one thread per process trains several times
+    faster (in CPU seconds) than two, whose synchronisation costs more than the split saves, and F3
+    runs two processes side by side.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def graft_in_eval_mode(model: nn.Module, *args: Any, **kwargs: Any) -> Graft:
@@ -109,7 +128,11 @@ def _first_nonzero(frame: pd.DataFrame, column: str) -> int | None:
 
 
 def run_e2_arm(task: Task, s: GraftSettings, arm: str, run_dir: Path | None, resume: bool) -> pd.DataFrame:
-    """Train the whole model with plain SGD after a graft with gate ``arm``; one row per step."""
+    """Train the whole model with plain SGD after a graft with gate ``arm``; one row per step.
+
+    Each row is written right after its optimizer step (a step post-hook), before ``fit`` can write
+    that step's checkpoint, so a run killed at any moment resumes with every row up to its checkpoint.
+    """
     after, branch = s.site()
     model = task.make_model().train()
     cfg = TrainConfig(steps=s.steps, batch_size=s.batch_size, lr=s.e2_lr, optimizer="sgd", momentum=0.0,
@@ -120,7 +143,7 @@ def run_e2_arm(task: Task, s: GraftSettings, arm: str, run_dir: Path | None, res
                            allow_double_zero=True)
     model.train()  # the gate too (it took the eval mode of its site during the graft)
     gate, name = g.gate, f"e2_{arm}"
-    seen: dict[str, float] = {}
+    seen: dict[str, Any] = {}
 
     def remember(module: nn.Module, inputs: Any, output: torch.Tensor) -> None:  # α and ‖R(x)‖ of this step
         seen["alpha"] = float(gate.alpha.detach())
@@ -133,19 +156,30 @@ def run_e2_arm(task: Task, s: GraftSettings, arm: str, run_dir: Path | None, res
     rows = MetricsLog(rows_path, keep_until=done if done else None, columns=E2_COLUMNS)
     memory: list[list[float]] = []
 
-    def record(step: int, loss: float) -> None:
-        grad = max(float(p.grad.abs().max()) if p.grad is not None else 0.0 for p in gate.branch.parameters())
-        agrad = float(gate.alpha.grad.abs()) if gate.alpha.grad is not None else 0.0
-        values = [loss, seen["alpha"], agrad, grad, seen["norm"], abs(seen["alpha"]) * seen["norm"]]
-        rows.write(step, *values)
-        memory.append([step, *values])
+    branch_params = list(gate.branch.parameters())
+    base_loss = task.loss(model)
+    steps_done = [done]
 
-    handle = gate.branch.register_forward_hook(remember)
+    def loss_fn(batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        seen["loss"] = loss = base_loss(batch)
+        return loss
+
+    def record(optimizer: Any, args: Any, kwargs: Any) -> None:  # after the step's update; its grads are kept
+        steps_done[0] += 1
+        grads = [p.grad.abs().max() for p in branch_params if p.grad is not None]
+        grad = float(torch.stack(grads).max()) if grads else 0.0
+        agrad = float(gate.alpha.grad.abs()) if gate.alpha.grad is not None else 0.0
+        loss = float(seen["loss"].detach().double())  # the value fit records for the step
+        values = [loss, seen["alpha"], agrad, grad, seen["norm"], abs(seen["alpha"]) * seen["norm"]]
+        rows.write(steps_done[0], *values)
+        memory.append([steps_done[0], *values])
+
+    handles = [gate.branch.register_forward_hook(remember), opt.register_step_post_hook(record)]
     try:
-        fit(model, task.loss(model), task.data, cfg, optimizer=opt, run_dir=run_dir, name=name, resume=resume,
-            callback=record)
+        fit(model, loss_fn, task.data, cfg, optimizer=opt, run_dir=run_dir, name=name, resume=resume)
     finally:
-        handle.remove()
+        for handle in handles:
+            handle.remove()
         rows.close()
     if rows_path is not None:
         frame = pd.read_csv(rows_path)
@@ -202,7 +236,13 @@ def e3_sites(model: nn.Module, s: GraftSettings, builtin: bool) -> tuple[list[st
     return names, []
 
 
-def _best_time(fn: Callable[[], Any], repeats: int = 3) -> float:
+E3_REPEATS = 5  # timed calls per measurement (after one untimed warm-up call); the fastest counts
+
+
+def _best_time(fn: Callable[[], Any], repeats: int = E3_REPEATS) -> float:
+    """Seconds of the fastest of ``repeats`` calls of ``fn``, after one untimed warm-up call (the first
+    call of a freshly built graph pays for allocations and caches the later ones do not)."""
+    fn()
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
@@ -221,30 +261,13 @@ def run_e3(task: Task, s: GraftSettings) -> tuple[pd.DataFrame, dict[str, Any]]:
         return pd.DataFrame(), {"e3_cone_cost_correlation": float("nan"), "e3_note": str(exc)}
     full_s = _best_time(lambda: model(task.probe))
     rows = []
-    for depth, site in enumerate(sites):
-        runner = CachedRunner(trace(task.make_model(), leaves=leaves))
-        runner.run(task.probe)
-        stream = runner.cache[find_node(runner.gm, site).name]
-        if not (isinstance(stream, torch.Tensor) and stream.is_floating_point() and stream.ndim >= 2):
-            continue
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(s.seed)
-            gate = GatedResidual(MLPBranch(stream.shape[-1]), alpha=0.0, dtype=stream.dtype)
-        new = runner.graft(site, gate, f"e3_graft_{depth}")
-        cone = downstream_cone(runner.gm, new)
-
-        def rerun(runner: CachedRunner = runner, new: torch.fx.Node = new) -> None:
-            runner.dirty = {new.name}
-            runner.run(task.probe)
-
-        recompute_s = _best_time(rerun)
-        if len(runner.recomputed) != 1 + len(cone):
-            raise RuntimeError(f"cached runner recomputed {len(runner.recomputed)} nodes, cone has {len(cone) + 1}")
-        g = graft_in_eval_mode(task.make_model(), site, "mlp", "shadow", probe=task.probe, seed=s.seed)
-        rows.append({"depth": depth, "site": site, "cone_nodes": len(cone) + 1,
-                     "graph_nodes": sum(1 for n in runner.gm.graph.nodes if n.op != "placeholder"),
-                     "recompute_s": recompute_s, "full_forward_s": full_s, "bookkeeping_s": g.bookkeeping_s,
-                     "mismatches": g.mismatches})
+    with progress_bar(task.progress) as bar:
+        job = bar.add_task("E3 graft depths", total=len(sites))
+        for depth, site in enumerate(sites):
+            row = _e3_site(task, s, leaves, depth, site, full_s)
+            if row is not None:
+                rows.append(row)
+            bar.advance(job)
     frame = pd.DataFrame(rows)
     corr = float("nan")
     if len(frame) >= 3 and frame["cone_nodes"].nunique() > 1:
@@ -252,15 +275,51 @@ def run_e3(task: Task, s: GraftSettings) -> tuple[pd.DataFrame, dict[str, Any]]:
     return frame, {"e3_cone_cost_correlation": corr, "e3_sites": len(frame)}
 
 
+def _e3_site(task: Task, s: GraftSettings, leaves: list[str], depth: int, site: str,
+             full_s: float) -> dict[str, Any] | None:
+    """One E3 row: graft a shadow-gated MLP after ``site`` in a traced copy and time the recompute of
+    the graft and its cone (None when the site's output is not a floating-point stream (b, ..., d))."""
+    runner = CachedRunner(trace(task.make_model(), leaves=leaves))
+    runner.run(task.probe)
+    stream = runner.cache[find_node(runner.gm, site).name]
+    if not (isinstance(stream, torch.Tensor) and stream.is_floating_point() and stream.ndim >= 2):
+        return None
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(s.seed)
+        gate = GatedResidual(MLPBranch(stream.shape[-1]), alpha=0.0, dtype=stream.dtype)
+    new = runner.graft(site, gate, f"e3_graft_{depth}")
+    cone = downstream_cone(runner.gm, new)
+
+    def rerun() -> None:
+        runner.dirty = {new.name}
+        runner.run(task.probe)
+
+    recompute_s = _best_time(rerun)
+    if len(runner.recomputed) != 1 + len(cone):
+        raise RuntimeError(f"cached runner recomputed {len(runner.recomputed)} nodes, cone has {len(cone) + 1}")
+    g = graft_in_eval_mode(task.make_model(), site, "mlp", "shadow", probe=task.probe, seed=s.seed)
+    return {"depth": depth, "site": site, "cone_nodes": len(cone) + 1,
+            "graph_nodes": sum(1 for n in runner.gm.graph.nodes if n.op != "placeholder"),
+            "recompute_s": recompute_s, "full_forward_s": full_s, "bookkeeping_s": g.bookkeeping_s,
+            "mismatches": g.mismatches}
+
+
 # ---------------------------------------------------------------- F3
-def f3_configs(s: GraftSettings, progress: bool = False) -> tuple[TrainConfig, TrainConfig, int]:
-    """Stage configs (before / after the graft) and the stage-2 step at which the worker hangs."""
-    s1 = s.steps // 2
+def f3_configs(s: GraftSettings, progress: bool = False,
+               label: str = "F3") -> tuple[TrainConfig, TrainConfig, int]:
+    """Stage configs (before / after the graft; ``label`` heads their progress bars) and the stage-2
+    step at which the worker hangs.
+
+    The graft comes half-way, but stage 2 keeps at least 4 steps: the worker is killed after a step
+    that is not a checkpoint, and the resume from the checkpoint before it must leave two steps, since
+    dropping the moments changes the update of the first one and so only the loss of the second.
+    """
+    s1 = min(s.steps // 2, s.steps - 4)
     s2 = s.steps - s1
     every = max(2, s2 // 4)
     cfg1 = TrainConfig(steps=s1, batch_size=s.batch_size, lr=s.f3_lr, optimizer="adamw", seed=s.seed,
-                       checkpoint_every=every, progress=progress, description="F3 before graft")
-    cfg2 = replace(cfg1, steps=s2, seed=derive_seed(s.seed, "f3_stage2"), description="F3 after graft")
+                       checkpoint_every=every, progress=progress, description=f"{label} before graft")
+    cfg2 = replace(cfg1, steps=s2, seed=derive_seed(s.seed, "f3_stage2"), description=f"{label} after graft")
     hang = s2 // 2 + 1
     if hang % every == 0:
         hang += 1
@@ -268,14 +327,14 @@ def f3_configs(s: GraftSettings, progress: bool = False) -> tuple[TrainConfig, T
 
 
 def run_f3_training(task: Task, s: GraftSettings, run_dir: Path, *, resume: bool,
-                    hang_at: int | None = None) -> list[float]:
+                    hang_at: int | None = None, label: str = "F3") -> list[float]:
     """Train cfg1 steps, graft (logged, new params join the AdamW optimizer), train cfg2 steps.
 
     Resuming after the graft rebuilds the architecture by replaying the graft log stored in the
     stage-2 checkpoint; ``hang_at`` (worker only) blocks at that stage-2 step so it can be killed.
     """
     after, branch = s.site()
-    cfg1, cfg2, _ = f3_configs(s, task.progress)
+    cfg1, cfg2, _ = f3_configs(s, task.progress, label)
     model = task.make_model().train()
     opt = build_optimizer(model.parameters(), cfg1)
     stage2 = checkpoint_path(run_dir, "f3_stage2")
@@ -302,13 +361,14 @@ def run_f3_training(task: Task, s: GraftSettings, run_dir: Path, *, resume: bool
     return h1.losses + h2.losses
 
 
-def _worker(run_dir: Path, inputs: Path, mode: str, hang_at: int | None = None) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "simkit.grafting.f3_worker", str(inputs), str(run_dir), mode,
-           str(torch.get_num_threads())]
+def _worker(run_dir: Path, inputs: Path, mode: str, threads: int,
+            hang_at: int | None = None) -> subprocess.Popen[bytes]:
+    """A worker process (:mod:`simkit.grafting.f3_worker`) with ``threads`` torch threads."""
+    cmd = [sys.executable, "-m", "simkit.grafting.f3_worker", str(inputs), str(run_dir), mode]
     if hang_at is not None:
         cmd.append(str(hang_at))
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())})
+                            env={**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
 
 
 def _stderr(process: subprocess.Popen[bytes]) -> str:
@@ -326,7 +386,9 @@ def run_f3(task: Task, s: GraftSettings, out: Path, timeout: float = 1800.0) -> 
     then the same resume with the optimizer moments dropped.
 
     The worker processes rebuild the task from ``<out>/f3/inputs/``: the settings, the initial model
-    and the data tensors (:func:`simkit.grafting.tasks.save_task`).
+    and the data tensors (:func:`simkit.grafting.tasks.save_task`). Each worker runs while this process
+    trains (the killed one beside the uninterrupted run, the resuming one beside the run without
+    moments), so F3 takes about the time of the uninterrupted run on two cores.
     """
     root = out / "f3"
     if root.exists():
@@ -336,18 +398,22 @@ def run_f3(task: Task, s: GraftSettings, out: Path, timeout: float = 1800.0) -> 
         d.mkdir(parents=True)
     write_json(inputs / "settings.json", s.to_dict())
     save_task(task, inputs)
-    _, _, hang_at = f3_configs(s)
-    s1 = s.steps // 2
-    worker = _worker(cut_dir, inputs, "fresh", hang_at)
-    full = run_f3_training(task, s, full_dir, resume=False)
-    deadline = time.time() + timeout
-    while not (cut_dir / "f3_reached").exists():
-        if worker.poll() is not None:
-            raise RuntimeError(f"F3 worker exited early: {_stderr(worker)}")
-        if time.time() > deadline:
-            worker.kill()
-            raise RuntimeError("F3 worker did not reach the kill point in time")
-        time.sleep(0.05)
+    cfg1, _, hang_at = f3_configs(s)
+    s1 = int(cfg1.steps or 0)
+    worker = _worker(cut_dir, inputs, "fresh", s.threads, hang_at)
+    try:
+        full = run_f3_training(task, s, full_dir, resume=False)
+        deadline = time.time() + timeout
+        while not (cut_dir / "f3_reached").exists():
+            if worker.poll() is not None:
+                raise RuntimeError(f"F3 worker exited early: {_stderr(worker)}")
+            if time.time() > deadline:
+                raise RuntimeError("F3 worker did not reach the kill point in time")
+            time.sleep(0.05)
+    except BaseException:  # Ctrl-C, an error: no worker is left behind, sleeping at its kill point
+        worker.kill()
+        worker.wait()
+        raise
     os.kill(worker.pid, signal.SIGKILL)
     worker.wait()
     if worker.stderr is not None:
@@ -356,12 +422,17 @@ def run_f3(task: Task, s: GraftSettings, out: Path, timeout: float = 1800.0) -> 
     resumed_from = s1 + int(ckpt["step"])
     shutil.copytree(cut_dir, bare_dir)
     _drop_moments(checkpoint_path(bare_dir, "f3_stage2"))
-    resumer = _worker(cut_dir, inputs, "resume")
+    resumer = _worker(cut_dir, inputs, "resume", s.threads)
+    try:
+        bare = run_f3_training(task, s, bare_dir, resume=True, label="F3 without moments,")
+    except BaseException:
+        resumer.kill()
+        resumer.wait()
+        raise
     _, err = resumer.communicate(timeout=timeout)
     if resumer.returncode != 0:
         raise RuntimeError(f"F3 resume worker failed: {err.decode()[-2000:]}")
     resumed = json.loads((cut_dir / "f3_losses.json").read_text())
-    bare = run_f3_training(replace(task, progress=False), s, bare_dir, resume=True)
     identical = float_bits(resumed) == float_bits(full)
     diverge = next((i + 1 for i, (a, b) in enumerate(zip(float_bits(full), float_bits(bare), strict=True))
                     if a != b), None)

@@ -10,7 +10,10 @@ interruption itself and is always redone.
 
 from __future__ import annotations
 
+import resource
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ from simkit.forward import check_accepts
 from simkit.grafting import experiments
 from simkit.grafting.settings import BUILTIN, GraftSettings
 from simkit.grafting.tasks import check_rebuildable, is_builtin, make_task
+from simkit.grafting.verdict import verdict
 from simkit.models import load_model
 from simkit.results import GraftResult
 from simkit.rundir import RunDir, fingerprint, open_run_dir
@@ -30,6 +34,21 @@ from simkit.runinfo import Timer, run_meta
 from simkit.surgery.ops import get_module
 
 MARKOV_DATA = "markov-chain tokens (seeded)"
+
+
+@contextmanager
+def cpu_seconds(into: dict[str, float], name: str) -> Iterator[None]:
+    """Adds the CPU seconds (user + system) of this process and of the child processes it waited for
+    during the block to ``into[name]``."""
+    def now() -> float:
+        own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+    start = now()
+    try:
+        yield
+    finally:
+        into[name] = into.get(name, 0.0) + now() - start
 
 
 def graft(model: nn.Module | None, data: Dataset | None, settings: GraftSettings | None = None, *,
@@ -66,18 +85,20 @@ def graft(model: nn.Module | None, data: Dataset | None, settings: GraftSettings
     inputs = {**settings.to_dict(), "model_state": fingerprint(model),
               "data_state": None if data is None else fingerprint(data)}
     run = open_run_dir(run_dir, "graft", inputs, resume=resume)
-    with timer("e1"):
-        e1 = experiments.run_e1(task, s)  # writes nothing; refuses a graft that cannot be made
-    if run is not None:
-        run.start()
-    with tempfile.TemporaryDirectory(prefix="simkit-graft-") as scratch:
-        out = run.path if run is not None else Path(scratch)
-        with timer("e2"):
-            e2, e2_arms, e2_summary = experiments.run_e2(task, s, None if run is None else out, resume)
-        with timer("e3"):
-            e3, e3_summary = experiments.run_e3(task, s)
-        with timer("f3"):
-            f3, f3_summary = experiments.run_f3(task, s, out)
+    cpu: dict[str, float] = {}
+    with experiments.torch_threads(s.threads):
+        with timer("e1"), cpu_seconds(cpu, "e1"):
+            e1 = experiments.run_e1(task, s)  # writes nothing; refuses a graft that cannot be made
+        if run is not None:
+            run.start()
+        with tempfile.TemporaryDirectory(prefix="simkit-graft-") as scratch:
+            out = run.path if run is not None else Path(scratch)
+            with timer("e2"), cpu_seconds(cpu, "e2"):
+                e2, e2_arms, e2_summary = experiments.run_e2(task, s, None if run is None else out, resume)
+            with timer("e3"), cpu_seconds(cpu, "e3"):
+                e3, e3_summary = experiments.run_e3(task, s)
+            with timer("f3"), cpu_seconds(cpu, "f3"):
+                f3, f3_summary = experiments.run_f3(task, s, out)
     main = e1[e1["gate"] == s.gate].iloc[0]
     summary: dict[str, Any] = {
         "e1_values_compared": int(main["values_compared"]),
@@ -92,9 +113,11 @@ def graft(model: nn.Module | None, data: Dataset | None, settings: GraftSettings
     e1_note = experiments.e1_shortfall(summary["e1_values_compared"], experiments.probe_rows(task.probe))
     if e1_note:  # the count is e1_values_compared; the note says why it matters (shown in the report)
         summary["e1_note"] = e1_note
+    summary.update(verdict(summary, [*e1["mismatches"], *e1["site_mismatches"]]))
     data_name = s.data or (data.spec if data is not None else MARKOV_DATA)
     meta = run_meta(settings=s.to_dict(), model=name, data=data_name, seed=s.seed, loss_kind=task.loss_kind,
-                    timings=timer.seconds, e2_optimizer="sgd", f3_optimizer="adamw")
+                    timings=timer.seconds, cpu_seconds=cpu, threads=s.threads, e2_optimizer="sgd",
+                    f3_optimizer="adamw")
     tables = {"e1": e1, "e2": e2, "e2_arms": e2_arms, "e3": e3, "f3": f3}
     return GraftResult(summary=summary, tables=tables, meta=meta)
 

@@ -2,7 +2,7 @@
 
 Fields are named as the command's parameters and default to its defaults (``model`` and ``data`` are
 the names of the model and the data: the spec strings when the CLI made the run); ``seq_len``,
-``e2_lr``, ``f3_lr`` and ``max_e3_sites`` have no flag (library callers only). ``to_dict()`` is what
+``e2_lr``, ``f3_lr``, ``max_e3_sites`` and ``threads`` have no flag (library callers only). ``to_dict()`` is what
 ``inputs.json`` and ``meta.settings`` record.
 """
 
@@ -21,6 +21,9 @@ BUILTIN_AFTER = "blocks.1"
 MIN_STEPS = 6  # F3 grafts mid-way, then must checkpoint before it is killed and resumed
 BUILTIN_SEQUENCES = 256  # Markov-chain sequences of the built-in model when `n` is None
 USER_SAMPLES = 512  # samples of a user's data when `n` is None
+E1_MIN_VALUES = 1600  # the paper's E1: 0/1600 logit bit mismatches (spec §4)
+BUILTIN_PROBE = 8  # probe sequences of the built-in model, more when needed to reach E1_MIN_VALUES outputs
+USER_PROBE = 64  # probe samples of a user's data, more when needed to reach E1_MIN_VALUES outputs
 
 
 @dataclass
@@ -36,7 +39,9 @@ class GraftSettings:
     last only with ``allow_double_zero``). steps: training steps of each E2 arm and of F3 (at least
     6); batch_size: samples per training batch; seq_len: token sequence length of the built-in data;
     e2_lr / f3_lr: SGD / AdamW learning rates; max_e3_sites: graft depths timed by E3 on a user's
-    model; seed: model-independent randomness (branches, data order, targets).
+    model; seed: model-independent randomness (branches, data order, targets); threads: torch
+    intra-op threads of the suite and of each F3 worker process (F3 runs two processes side by side;
+    the thread count can change the last bits of reductions, so it is recorded and a resume must keep it).
     """
 
     model: str | None = None
@@ -53,6 +58,7 @@ class GraftSettings:
     f3_lr: float = 1e-3
     allow_double_zero: bool = False
     max_e3_sites: int = 12
+    threads: int = 1
 
     def validate(self, builtin: bool | None = None) -> None:
         """Raise SimkitError (naming the field in backticks) for settings that cannot run.
@@ -67,7 +73,7 @@ class GraftSettings:
             raise SimkitError(DOUBLE_ZERO)
         if self.branch is not None and self.branch not in BRANCHES:
             raise SimkitError(f"`branch`: unknown branch {self.branch!r}; use one of {', '.join(BRANCHES)}")
-        for name in ("steps", "batch_size", "seq_len", "max_e3_sites"):
+        for name in ("steps", "batch_size", "seq_len", "max_e3_sites", "threads"):
             if not _integer(getattr(self, name)) or getattr(self, name) < 1:
                 raise SimkitError(f"`{name}` must be a positive integer, got {getattr(self, name)!r}")
         if self.steps < MIN_STEPS:

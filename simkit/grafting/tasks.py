@@ -6,7 +6,9 @@
   learn [ours].
 - A user's model: cross-entropy when the data has labels; otherwise mean squared error to a fixed
   random target (standard normal, drawn once from the seed, shaped like the model's output on the
-  data) [ours, as the issue prescribes]. The choice is recorded as ``loss_kind``.
+  data) [ours, as the issue prescribes]. The choice is recorded as ``loss_kind``. The probe batch is
+  the first 64 samples (8 sequences for the built-in model), or as many as it takes for E1 to
+  compare the paper's 1600 output values (all the samples when there are fewer).
 
 The F3 worker process rebuilds the same task from files (:func:`save_task`, :func:`load_task`): the
 initial model as the runner pickled it and the data tensors (read with ``weights_only=True``).
@@ -27,7 +29,13 @@ from torch import Tensor, nn
 from simkit.data import Dataset
 from simkit.errors import SimkitError
 from simkit.forward import check_accepts, eval_mode
-from simkit.grafting.settings import BUILTIN_SEQUENCES, GraftSettings
+from simkit.grafting.settings import (
+    BUILTIN_PROBE,
+    BUILTIN_SEQUENCES,
+    E1_MIN_VALUES,
+    USER_PROBE,
+    GraftSettings,
+)
 from simkit.io import save_torch
 from simkit.models.llama import TinyLlama
 from simkit.seeding import generator
@@ -104,13 +112,14 @@ def make_task(settings: GraftSettings, model: nn.Module, data: Dataset | None, *
                                 settings.seed)
         else:
             ids = _token_ids(data, vocab, max_len)[:limit]
-        return Task(make_model, (ids,), ids[:8, :-1], "next_token_cross_entropy", builtin=True, progress=progress)
+        rows = max(BUILTIN_PROBE, -(-E1_MIN_VALUES // max(1, (ids.shape[1] - 1) * vocab)))
+        return Task(make_model, (ids,), ids[:rows, :-1], "next_token_cross_entropy", builtin=True,
+                    progress=progress)
     if data is None:
         raise SimkitError("`data` is required with a MODEL (the suite trains it), e.g. the dataset mnist1d")
     if isinstance(data.inputs, dict):
         raise SimkitError("simkit graft on a user's model takes tensor inputs, not tokenised text; use npy:/pt: data")
     x = data.inputs[:limit]
-    probe = x[:64]
     first = make_model()
     with eval_mode(first):
         check_accepts(first, x[:2], "the model")
@@ -119,12 +128,18 @@ def make_task(settings: GraftSettings, model: nn.Module, data: Dataset | None, *
     if not isinstance(out, Tensor):
         raise SimkitError(f"the model returned a {type(out).__name__}; simkit graft trains models that return "
                           "one tensor")
+    probe = x[:probe_size(out[0].numel())]
     if data.labels is not None:
         labels = data.labels[:limit]
         _check_labels(labels, out)
         return Task(make_model, (x, labels), probe, "cross_entropy", progress=progress)
     target = torch.randn((len(x), *out.shape[1:]), generator=generator(settings.seed, "target"))
     return Task(make_model, (x, target), probe, "mse_to_fixed_random_target", progress=progress)
+
+
+def probe_size(outputs_per_sample: int) -> int:
+    """Probe samples of a user's data: 64, or enough for ``E1_MIN_VALUES`` output values."""
+    return max(USER_PROBE, -(-E1_MIN_VALUES // max(1, outputs_per_sample)))
 
 
 def _check_labels(labels: Tensor, logits: Tensor) -> None:

@@ -1,19 +1,22 @@
 """The linearization experiment: swap ReLUs for slopes, post-train an ω sweep, measure path lengths.
 
-For every granularity (channel, layer) and every ω, a fresh copy of the trained network gets its
+For every seed, granularity (channel, layer) and ω, a fresh copy of the trained network gets its
 ReLUs swapped for SlopeReLUs (α = 0, same outputs bit for bit) and is post-trained with
 cross-entropy + ω·Σ(|1 − α| + ε)^0.5 under the freeze rule (see ``simkit.linearization.prelu``). Each
-run is a named stage of the shared training loop (``linearize_<granularity>_w<ω>``, ω written exactly:
-see :func:`omega_text`), so ``resume`` skips finished runs and continues an interrupted one. Then:
-test accuracy, NAPL and the path-length distribution (``simkit.linearization.napl``), the fraction still
-nonlinear per layer, optionally the folded network's depth and size, and linear CKA of every
-activation site against the original's.
+run is a named stage of the shared training loop (``linearize_<granularity>_w<ω>``, ω written exactly,
+``_s<seed>`` appended when several seeds run: see :mod:`simkit.linearization.labels`), so ``resume``
+skips finished runs and continues an interrupted one. Then: test accuracy, NAPL and the path-length
+distribution (``simkit.linearization.napl``), the fraction still nonlinear per layer, optionally the
+folded network's depth and size, and linear CKA of every activation site against the original's.
+Over seeds: mean ± spread per granularity × ω (``simkit.linearization.aggregate``) and the
+channel − layer difference at matched NAPL (``simkit.linearization.matched``).
 """
 
 from __future__ import annotations
 
 import copy
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +31,10 @@ from simkit.data import Dataset, check_finite
 from simkit.engine import compare
 from simkit.errors import SimkitError
 from simkit.forward import check_accepts, eval_mode, modes_kept, resolve_device
+from simkit.linearization.aggregate import aggregate_runs, mean_over_seeds
 from simkit.linearization.fold import fold_linear_stretches
+from simkit.linearization.labels import omega_text, run_label, stage_name
+from simkit.linearization.matched import lowest_matched, matched_napl, matched_over_seeds
 from simkit.linearization.napl import PathLengths, path_lengths
 from simkit.linearization.prelu import explicit_relus, site_channels, swap_relus
 from simkit.linearization.settings import LinearizeSettings
@@ -39,25 +45,13 @@ from simkit.runinfo import run_meta
 from simkit.surgery import bit_mismatches
 from simkit.training import TrainConfig, TrainHistory, evaluate_accuracy, fit, train_classifier
 
-RUN_COLUMNS = ["granularity", "omega", "napl", "nonlinear_fraction", "accuracy", "apl", "active_layers",
-               "frozen_fraction", "mean_alpha", "bit_exact_at_start", "final_loss", "steps", "time_s"]
+RUN_COLUMNS = ["granularity", "omega", "napl", "nonlinear_fraction", "accuracy", "seed", "apl", "active_layers",
+               "frozen_fraction", "mean_alpha", "bit_exact_at_start", "final_loss", "steps", "time_s", "run"]
 
+# what ``linearize`` takes as its model: a module, or a factory building the model of each seed
+ModelSource = nn.Module | Callable[[int], nn.Module]
 
-def omega_text(omega: float) -> str:
-    """ω as text that names exactly one float: ``%g`` when that reads back as the same value (0.001,
-    1e-05, 1), else the shortest exact form (``repr``: 1.0000001e-4 → "0.00010000001"); "+" dropped.
-
-    Distinct floats always get distinct texts (each text parses back to its own value), so two ω of a
-    sweep that agree to 6 significant digits never share a run label or a checkpoint.
-    """
-    omega = float(omega) + 0.0  # -0.0 → 0.0
-    short = f"{omega:g}"
-    return (short if float(short) == omega else repr(omega)).replace("+", "")
-
-
-def run_label(granularity: str, omega: float) -> str:
-    """The run's name in every table and the report: ``"channel ω=0.001"`` (ω as :func:`omega_text`)."""
-    return f"{granularity} ω={omega_text(omega)}"
+__all__ = ["ModelSource", "linearize", "matched_napl", "omega_text", "post_train", "run_label"]
 
 
 def _labelled(data: Dataset, seed: int) -> tuple[Dataset, tuple[Tensor, Tensor, Tensor, Tensor]]:
@@ -87,12 +81,14 @@ def _bit_exact(a: nn.Module, b: nn.Module, x: Tensor) -> bool:
 def post_train(model: nn.Module, x: Tensor, y: Tensor, *, omega: float, epochs: float = 1.0, lr: float = 1e-3,
                slope_lr: float = 1e-2, batch_size: int = 128, eps: float = 1e-3, tol: float = FREEZE_TOL,
                seed: int = 0, run_dir: str | Path | None = None, name: str = "linearize", resume: bool = False,
-               progress: bool = False, callback: Callable[[int, float], None] | None = None) -> TrainHistory:
+               progress: bool = False, callback: Callable[[int, float], None] | None = None,
+               description: str | None = None) -> TrainHistory:
     """Post-train a swapped model with CE + ω·penalty under the freeze rule; returns the TrainHistory.
 
     x: (n, ...) inputs, y: (n,) labels. Slopes get their own learning rate and no weight decay.
     run_dir / name: where the training loop checkpoints (``<run_dir>/checkpoints/<name>.pt``; None: no
-    files). The model is in train mode while training and in eval mode afterwards.
+    files). description: the progress bar's text (default ``name``). The model is in train mode while
+    training and in eval mode afterwards.
     callback(step, loss) runs after every step (after the freeze rule), as in :func:`fit`.
     """
     slopes = [m for _, m in slope_modules(model)]
@@ -101,7 +97,7 @@ def post_train(model: nn.Module, x: Tensor, y: Tensor, *, omega: float, epochs: 
     optimizer = torch.optim.AdamW([{"params": weights, "lr": lr, "weight_decay": 0.0},
                                    {"params": [m.alpha for m in slopes], "lr": slope_lr, "weight_decay": 0.0}])
     config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, progress=progress,
-                         description=name)
+                         description=name if description is None else description)
 
     def loss_fn(batch: tuple[Tensor, ...]) -> Tensor:
         xb, yb = batch
@@ -116,31 +112,29 @@ def post_train(model: nn.Module, x: Tensor, y: Tensor, *, omega: float, epochs: 
         model.eval()
 
 
-def _stage_name(granularity: str, omega: float) -> str:
-    """Checkpoint name of one run: ``linearize_channel_w0.001`` (unchanged for ω that ``%g`` spells
-    exactly, so older run directories still resume; exact text otherwise, see :func:`omega_text`)."""
-    return f"linearize_{granularity}_w{omega_text(omega)}"
-
-
-def linearize(model: nn.Module, data: Dataset, settings: LinearizeSettings | None = None, *,
+def linearize(model: ModelSource, data: Dataset, settings: LinearizeSettings | None = None, *,
               run_dir: RunDir | str | Path | None = None, resume: bool = False,
               device: str | torch.device = "cpu", progress: bool = True, model_name: str | None = None,
               data_name: str | None = None) -> LinearizeResult:
-    """Linearize a trained ReLU network over granularities × ω values (see ``LinearizeSettings``).
+    """Linearize a trained ReLU network over seeds × granularities × ω values (see ``LinearizeSettings``).
 
-    model: a classifier (N, ...) → logits (N, classes) that torch.fx can trace; it is not changed
-        unless ``settings.train`` > 0 (then it is trained first, as stage ``pretrain``); its modules'
-        train/eval flags are restored on return.
+    model: a classifier (N, ...) → logits (N, classes) that torch.fx can trace, or a factory
+        ``model(seed) -> nn.Module`` called once per seed of ``settings.seed_list()`` (independent
+        initialisations; the CLI passes one). A module is not changed unless ``settings.train`` > 0
+        (then it is trained first, as stage ``pretrain``; with several seeds it trains for the first
+        seed and copies of it, taken before any training, for the others: the same initial weights, so
+        only batch order differs between seeds); its modules' train/eval flags are restored on return.
     data: a labelled ``simkit.data.Dataset`` with tensor inputs (its native test split, else an 80/20
-        split seeded by ``settings.seed``).
+        split seeded by ``settings.seed``: one split for every seed).
     run_dir: where checkpoints go (None: nowhere): a ``simkit.RunDir`` as it is, or a path checked
-        against these settings and fingerprints of ``model`` and ``data``, so ``resume=True`` (skip
-        finished runs, continue an interrupted one) refuses other inputs. Nothing is written there
-        before every input is validated.
+        against these settings and fingerprints of the (first seed's) model and of ``data``, so
+        ``resume=True`` (skip finished runs, continue an interrupted one) refuses other inputs. Nothing
+        is written there before every input is validated.
     device: ``cpu``, ``cuda`` or ``cuda:N``; the model is moved there (and stays there), with the data,
         the swapped copies and all losses.
     model_name / data_name: what ``meta`` calls them (default: the model's class name, ``data.spec``).
-    Returns a LinearizeResult (see its docstring for the tables).
+    Returns a LinearizeResult (see its docstring for the tables). A run that linearized nothing (no
+    slope reached α = 1) is warned about (RuntimeWarning) and listed in ``summary["unchanged_runs"]``.
     """
     started = time.perf_counter()
     settings = settings if settings is not None else LinearizeSettings()
@@ -149,19 +143,35 @@ def linearize(model: nn.Module, data: Dataset, settings: LinearizeSettings | Non
     if isinstance(data, Dataset):
         check_finite(data)
     train, tensors = _labelled(data, settings.seed)
-    inputs = _inputs(settings, model, data) if isinstance(run_dir, str | Path) else {}
+    seeds = settings.seed_list()
+    first = _build(model, seeds[0])
+    inputs = _inputs(settings, first, data) if isinstance(run_dir, str | Path) else {}
     x, y, x_test, y_test = (t.to(device) for t in tensors)
-    with modes_kept(model):
-        model.to(device)
-        explicit_relus(model)   # fail early: untraceable or no ReLU
-        with eval_mode(model):
-            check_accepts(model, x[:2], "the model")
+    with modes_kept(first):
+        first.to(device)
+        explicit_relus(first)   # fail early: untraceable or no ReLU
+        with eval_mode(first):
+            check_accepts(first, x[:2], "the model")
         opened = open_run_dir(run_dir, "linearize", inputs, resume=resume)
         if opened is not None:
             opened.start()
-        return _sweep(model, settings, train, (x, y, x_test, y_test), opened, device, progress, started,
-                      model_name=type(model).__name__ if model_name is None else model_name,
+        return _sweep(model, first, settings, train, (x, y, x_test, y_test), opened, device, progress, started,
+                      model_name=type(first).__name__ if model_name is None else model_name,
                       data_name=data.spec if data_name is None else data_name)
+
+
+def _build(model: ModelSource, seed: int) -> nn.Module:
+    """The model of ``seed``: ``model`` itself when it is a module, else ``model(seed)``."""
+    if isinstance(model, nn.Module):
+        return model
+    if not callable(model):
+        raise SimkitError(f"`model` must be a torch.nn.Module or a callable seed → module, got "
+                          f"{type(model).__name__}")
+    built = model(seed)
+    if not isinstance(built, nn.Module):
+        raise SimkitError(f"`model` returned a {type(built).__name__} for seed {seed}, not a torch.nn.Module; "
+                          "a model factory must return the module")
+    return built
 
 
 def _inputs(settings: LinearizeSettings, model: nn.Module, data: Dataset) -> dict[str, Any]:
@@ -170,89 +180,153 @@ def _inputs(settings: LinearizeSettings, model: nn.Module, data: Dataset) -> dic
     return {**settings.to_dict(), "model": fingerprint(model), "data": fingerprint(data)}
 
 
-def _sweep(model: nn.Module, s: LinearizeSettings, train: Dataset, tensors: tuple[Tensor, Tensor, Tensor, Tensor],
-           rundir: RunDir | None, device: torch.device, progress: bool, started: float, *,
-           model_name: str, data_name: str) -> LinearizeResult:
+def _seed_models(model: ModelSource, first: nn.Module, s: LinearizeSettings,
+                 device: torch.device) -> tuple[Callable[[int, int], nn.Module], str]:
+    """(model of the i-th seed, how the seeds' models differ) for the sweep, before any training."""
+    if not isinstance(model, nn.Module):
+        return (lambda i, seed: first if i == 0 else _build(model, seed).to(device)), "built for each seed"
+    if s.train > 0 and s.seeds > 1:
+        copies = [copy.deepcopy(first) for _ in range(s.seeds - 1)]
+        return (lambda i, seed: first if i == 0 else copies[i - 1]), "copies of the given model (same initial weights)"
+    return (lambda i, seed: first), "the given model"
+
+
+class _Tables:
+    """The rows of every table, filled run by run."""
+
+    def __init__(self) -> None:
+        self.runs: list[dict[str, Any]] = []
+        self.layers: list[dict[str, Any]] = []
+        self.cka: list[dict[str, Any]] = []
+        self.history: list[dict[str, Any]] = []
+        self.dists: list[dict[str, Any]] = []
+
+
+def _sweep(model: ModelSource, first: nn.Module, s: LinearizeSettings, train: Dataset,
+           tensors: tuple[Tensor, Tensor, Tensor, Tensor], rundir: RunDir | None, device: torch.device,
+           progress: bool, started: float, *, model_name: str, data_name: str) -> LinearizeResult:
     """The sweep itself, once every input is validated and the run directory started. train: the
     training split (CPU); tensors: (x, y, x_test, y_test) on ``device``."""
     x, y, x_test, y_test = tensors
     run_dir = rundir.path if rundir is not None else None
     resume = rundir.resume if rundir is not None else False
-    granularities, omegas = s.granularities(), s.omegas()
+    granularities, omegas, seeds = s.granularities(), s.omegas(), s.seed_list()
+    several = len(seeds) > 1
+    model_of, seed_models = _seed_models(model, first, s, device)
     timings: dict[str, float] = {}
-    if s.train > 0:
-        t0 = time.perf_counter()
-        config = TrainConfig(epochs=s.train, batch_size=s.batch_size, lr=s.lr, seed=s.seed, progress=progress,
-                             description="pretrain")
-        train_classifier(model, train, config, run_dir=run_dir, name="pretrain", resume=resume)
-        timings["pretrain"] = time.perf_counter() - t0
-    model.eval()
-    original, sites = explicit_relus(model)
-    original.eval()
-    site_channels(original, sites, x[:2])
-    example = x[: min(len(x), 8)]
-    original_accuracy = evaluate_accuracy(model, x_test, y_test)
-    original_paths = path_lengths(original, example)
-    site_names = [site.name for site in sites]
-    units = {site.name: site.channels for site in sites}      # channels of each site, whatever the granularity
-
-    runs: list[dict[str, Any]] = []
-    layers: list[dict[str, Any]] = []
-    cka_rows: list[dict[str, Any]] = []
-    history_rows: list[dict[str, Any]] = []
-    dists = _dist_rows("original", original_paths)
-    for granularity in granularities:
-        for omega in omegas:
-            label, name = run_label(granularity, omega), _stage_name(granularity, omega)
+    tables = _Tables()
+    originals: list[dict[str, Any]] = []
+    total, done = len(seeds) * len(granularities) * len(omegas), 0
+    for i, seed in enumerate(seeds):
+        net = model_of(i, seed)
+        if s.train > 0:
             t0 = time.perf_counter()
-            linear, _ = swap_relus(model, granularity, example)
-            exact = _bit_exact(model, linear, x_test[:256])
-            history = post_train(linear, x, y, omega=omega, epochs=s.epochs, lr=s.lr, slope_lr=s.slope_lr,
-                                 batch_size=s.batch_size, eps=s.eps, tol=s.freeze_tol, seed=s.seed,
-                                 run_dir=run_dir, name=name, resume=resume, progress=progress)
-            accuracy = evaluate_accuracy(linear, x_test, y_test)
-            paths = path_lengths(linear, example)
-            slopes = list(slope_modules(linear))
-            alphas = torch.cat([m.effective_alpha().detach() for _, m in slopes])
-            row: dict[str, Any] = {
-                "granularity": granularity, "omega": omega, "napl": paths.napl,
-                "nonlinear_fraction": _unit_fraction(slopes, units), "accuracy": accuracy, "apl": paths.apl,
-                "active_layers": sum(m.nonlinear_fraction() > 0 for _, m in slopes),
-                "frozen_fraction": float(torch.cat([m.frozen for _, m in slopes]).float().mean()),
-                "mean_alpha": float(alphas.mean()), "bit_exact_at_start": exact,
-                "final_loss": history.losses[-1] if history.losses else float("nan"),
-                "steps": history.steps}
-            if s.fold:
-                row.update(_fold_row(linear, x_test, y_test))
-            row["time_s"] = time.perf_counter() - t0
-            runs.append(row)
-            for layer, module in slopes:
-                layers.append({"run": label, "granularity": granularity, "omega": omega, "layer": layer,
-                               "channels": units[layer], "slopes": module.channels,
-                               "nonlinear_fraction": module.nonlinear_fraction()})
-            dists += _dist_rows(label, paths)
-            history_rows += [{"run": label, "step": i + 1, "loss": v} for i, v in enumerate(history.losses)]
-            if s.cka:
-                cka_rows += _cka_rows(label, original, linear, x_test[:s.cka_samples], site_names, s.seed, device)
-            timings[label] = row["time_s"]
-
-    columns = RUN_COLUMNS + [c for c in (runs[0] if runs else {}) if c not in RUN_COLUMNS]
-    runs_frame = pd.DataFrame(runs).reindex(columns=columns)
-    tables = {"runs": runs_frame, "layers": pd.DataFrame(layers), "distributions": pd.DataFrame(dists),
-              "history": pd.DataFrame(history_rows, columns=["run", "step", "loss"]),
-              "matched": matched_napl(runs_frame)}
-    if s.cka:
-        tables["cka"] = pd.DataFrame(cka_rows, columns=["run", "layer_a", "layer_b", "linear_cka"])
-    summary = {"original_accuracy": original_accuracy, "original_napl": original_paths.napl,
-               "runs": runs_frame.to_dict(orient="records"), "original_apl": original_paths.apl,
-               "original_distribution": original_paths.distribution.tolist(), "sites": site_names,
-               "num_units": int(sum(site.channels for site in sites))}
+            stage = f"pretrain_s{seed}" if several else "pretrain"
+            config = TrainConfig(epochs=s.train, batch_size=s.batch_size, lr=s.lr, seed=seed, progress=progress,
+                                 description=f"pretrain seed={seed}" if several else "pretrain")
+            train_classifier(net, train, config, run_dir=run_dir, name=stage, resume=resume)
+            timings[stage] = time.perf_counter() - t0
+        net.eval()
+        original, sites = explicit_relus(net)
+        original.eval()
+        site_channels(original, sites, x[:2])
+        example = x[: min(len(x), 8)]
+        original_paths = path_lengths(original, example)
+        originals.append({"seed": seed, "accuracy": evaluate_accuracy(net, x_test, y_test),
+                          "paths": original_paths, "sites": sites})
+        units = {site.name: site.channels for site in sites}   # channels of each site, whatever the granularity
+        tables.dists += _dist_rows("original", original_paths, "original", float("nan"), seed)
+        for granularity in granularities:
+            for omega in omegas:
+                done += 1
+                label = run_label(granularity, omega, seed if several else None)
+                t0 = time.perf_counter()
+                linear, _ = swap_relus(net, granularity, example)
+                exact = _bit_exact(net, linear, x_test[:256])
+                history = post_train(linear, x, y, omega=omega, epochs=s.epochs, lr=s.lr, slope_lr=s.slope_lr,
+                                     batch_size=s.batch_size, eps=s.eps, tol=s.freeze_tol, seed=seed,
+                                     run_dir=run_dir, name=stage_name(granularity, omega, seed if several else None),
+                                     resume=resume, progress=progress, description=f"{label} [{done}/{total}]")
+                row = _measure(linear, x_test, y_test, example, units, s)
+                row.update(granularity=granularity, omega=omega, seed=seed, bit_exact_at_start=exact,
+                           final_loss=history.losses[-1] if history.losses else float("nan"),
+                           steps=history.steps, run=label)
+                if row["frozen_fraction"] == 0:
+                    warnings.warn(f"run {label} linearized nothing: no slope reached α = 1, so NAPL stays at the "
+                                  f"original {original_paths.napl:g}; raise `omega`, `epochs` or `slope_lr`",
+                                  RuntimeWarning, stacklevel=3)   # points at linearize's caller
+                paths = row.pop("paths")
+                tables.dists += _dist_rows(label, paths, granularity, omega, seed)
+                for layer, module in slope_modules(linear):
+                    tables.layers.append({"run": label, "granularity": granularity, "omega": omega, "seed": seed,
+                                          "layer": layer, "channels": units[layer], "slopes": module.channels,
+                                          "nonlinear_fraction": module.nonlinear_fraction()})
+                tables.history += [{"run": label, "step": k + 1, "loss": v} for k, v in enumerate(history.losses)]
+                if s.cka:
+                    cka_rows = _cka_rows(label, original, linear, x_test[:s.cka_samples],
+                                         [site.name for site in sites], seed, device, progress)
+                    tables.cka += [{**r, "granularity": granularity, "omega": omega, "seed": seed} for r in cka_rows]
+                row["time_s"] = timings[label] = time.perf_counter() - t0
+                tables.runs.append(row)
     timings["total"] = time.perf_counter() - started
     meta = run_meta(model=model_name, data=data_name, granularities=granularities, omegas=omegas,
                     epochs=s.epochs, lr=s.lr, slope_lr=s.slope_lr, batch_size=s.batch_size, eps=s.eps,
-                    freeze_tol=s.freeze_tol, fold=s.fold, train_epochs=s.train, seed=s.seed, n_train=len(x),
-                    n_test=len(x_test), device=str(device), settings=s.to_dict(), timings=timings)
-    return LinearizeResult(summary=summary, tables=tables, meta=meta)
+                    freeze_tol=s.freeze_tol, fold=s.fold, train_epochs=s.train, seed=s.seed, seeds=seeds,
+                    seed_models=seed_models, n_train=len(x), n_test=len(x_test), device=str(device),
+                    settings=s.to_dict(), timings=timings)
+    return _result(tables, originals, seeds, int(torch.cat([y, y_test]).max()) + 1, s.cka, meta)
+
+
+def _measure(linear: nn.Module, x_test: Tensor, y_test: Tensor, example: Tensor, units: dict[str, int],
+             s: LinearizeSettings) -> dict[str, Any]:
+    """What one post-trained run measures: accuracy, path lengths (``paths``), slope statistics, fold."""
+    paths = path_lengths(linear, example)
+    slopes = list(slope_modules(linear))
+    alphas = torch.cat([m.effective_alpha().detach() for _, m in slopes])
+    row: dict[str, Any] = {
+        "napl": paths.napl, "nonlinear_fraction": _unit_fraction(slopes, units),
+        "accuracy": evaluate_accuracy(linear, x_test, y_test), "apl": paths.apl,
+        "active_layers": sum(m.nonlinear_fraction() > 0 for _, m in slopes),
+        "frozen_fraction": float(torch.cat([m.frozen for _, m in slopes]).float().mean()),
+        "mean_alpha": float(alphas.mean()), "paths": paths}
+    if s.fold:
+        row.update(_fold_row(linear, x_test, y_test))
+    return row
+
+
+def _result(tables: _Tables, originals: list[dict[str, Any]], seeds: list[int], num_classes: int, cka: bool,
+            meta: dict[str, Any]) -> LinearizeResult:
+    """The LinearizeResult of a finished sweep: tables, per-seed and over-seed summaries."""
+    runs = tables.runs
+    columns = RUN_COLUMNS + [c for c in (runs[0] if runs else {}) if c not in RUN_COLUMNS]
+    runs_frame = pd.DataFrame(runs).reindex(columns=columns)
+    matched = matched_napl(runs_frame)
+    over_seeds = matched_over_seeds(matched)
+    lowest = lowest_matched(over_seeds, len(seeds), originals[0]["paths"].napl)
+    layers, dists = pd.DataFrame(tables.layers), pd.DataFrame(tables.dists)
+    frames = {"runs": runs_frame, "layers": layers, "distributions": dists,
+              "history": pd.DataFrame(tables.history, columns=["run", "step", "loss"]), "matched": matched,
+              "matched_mean": over_seeds, "aggregate": aggregate_runs(runs_frame),
+              "layers_mean": mean_over_seeds(layers, ["granularity", "omega", "layer"], "nonlinear_fraction"),
+              "distributions_mean": mean_over_seeds(dists, ["granularity", "omega", "length"], "probability")}
+    if cka:
+        frames["cka"] = pd.DataFrame(tables.cka, columns=["run", "granularity", "omega", "seed", "layer_a", "layer_b",
+                                                          "linear_cka"])
+        frames["cka_mean"] = mean_over_seeds(frames["cka"], ["granularity", "omega", "layer_a", "layer_b"],
+                                             "linear_cka")
+    paths, sites = originals[0]["paths"], originals[0]["sites"]
+    accuracies = [o["accuracy"] for o in originals]
+    summary = {"original_accuracy": float(np.mean(accuracies)), "original_napl": paths.napl,
+               "runs": runs_frame.to_dict(orient="records"), "original_apl": paths.apl,
+               "original_distribution": paths.distribution.tolist(), "sites": [site.name for site in sites],
+               "num_units": int(sum(site.channels for site in sites)), "seeds": seeds,
+               "original_accuracies": accuracies, "chance_accuracy": 1.0 / num_classes,
+               "unchanged_runs": [r["run"] for r in runs if r["frozen_fraction"] == 0],
+               "lowest_matched_napl": None if lowest is None else lowest["napl"],
+               "lowest_matched_difference": None if lowest is None else lowest["difference_mean"],
+               "lowest_matched_difference_std": None if lowest is None or len(seeds) < 2
+               else lowest["difference_std"]}
+    return LinearizeResult(summary=summary, tables=frames, meta=meta)
 
 
 def _unit_fraction(slopes: Sequence[tuple[str, SlopeReLU]], units: dict[str, int]) -> float:
@@ -261,37 +335,13 @@ def _unit_fraction(slopes: Sequence[tuple[str, SlopeReLU]], units: dict[str, int
     return sum(m.nonlinear_fraction() * units[name] for name, m in slopes) / total
 
 
-def matched_napl(runs: pd.DataFrame) -> pd.DataFrame:
-    """Channel-wise accuracy at each layer-wise run's NAPL, and the difference (channel − layer).
-
-    runs: the runs table. The channel-wise accuracy is interpolated linearly along the channel-wise
-    runs sorted by NAPL when the layer-wise NAPL lies within their range, else taken from the nearest
-    channel-wise run (``how`` says which). Empty when either granularity is missing.
-    """
-    columns = ["omega", "napl", "layer_accuracy", "channel_accuracy", "difference", "how"]
-    channel = runs[runs["granularity"] == "channel"].sort_values("napl")
-    layer = runs[runs["granularity"] == "layer"].sort_values("napl")
-    if channel.empty or layer.empty:
-        return pd.DataFrame(columns=columns)
-    xs, ys = channel["napl"].to_numpy(float), channel["accuracy"].to_numpy(float)
-    rows = []
-    for _, row in layer.iterrows():
-        napl = float(row["napl"])
-        if xs[0] <= napl <= xs[-1]:
-            acc, how = float(np.interp(napl, xs, ys)), "interpolated"
-        else:
-            acc, how = float(ys[np.abs(xs - napl).argmin()]), "nearest"
-        rows.append({"omega": float(row["omega"]), "napl": napl, "layer_accuracy": float(row["accuracy"]),
-                     "channel_accuracy": acc, "difference": acc - float(row["accuracy"]), "how": how})
-    return pd.DataFrame(rows, columns=columns)
-
-
-def _dist_rows(label: str, paths: PathLengths) -> list[dict[str, Any]]:
+def _dist_rows(label: str, paths: PathLengths, granularity: str, omega: float, seed: int) -> list[dict[str, Any]]:
+    """Rows of the distributions table for one run (granularity "original", ω NaN for the original)."""
     length = max(len(paths.distribution), len(paths.apl_distribution))
     dist = np.pad(paths.distribution, (0, length - len(paths.distribution)))
     apl = np.pad(paths.apl_distribution, (0, length - len(paths.apl_distribution)))
-    return [{"run": label, "length": k, "probability": float(dist[k]), "apl_probability": float(apl[k])}
-            for k in range(length)]
+    return [{"run": label, "granularity": granularity, "omega": omega, "seed": seed, "length": k,
+             "probability": float(dist[k]), "apl_probability": float(apl[k])} for k in range(length)]
 
 
 def _fold_row(model: nn.Module, x_test: Tensor, y_test: Tensor) -> dict[str, Any]:
@@ -302,10 +352,10 @@ def _fold_row(model: nn.Module, x_test: Tensor, y_test: Tensor) -> dict[str, Any
 
 
 def _cka_rows(label: str, original: nn.Module, linear: nn.Module, x: Tensor, sites: list[str],
-              seed: int, device: torch.device) -> list[dict[str, Any]]:
+              seed: int, device: torch.device, progress: bool) -> list[dict[str, Any]]:
     """Linear CKA of every linearized site (b) against every original site (a), long format."""
     result = compare(copy.deepcopy(original), linear, x, layers_a=sites, layers_b=sites,
-                     metrics=["linear_cka"], mode="exact", batch_size=256, seed=seed, progress=False,
+                     metrics=["linear_cka"], mode="exact", batch_size=256, seed=seed, progress=progress,
                      device=device)
     matrix = result.matrix("linear_cka")
     return [{"run": label, "layer_a": a, "layer_b": b, "linear_cka": float(matrix.loc[a, b])}

@@ -29,8 +29,10 @@ class LinearizeSettings:
     learning rates of the weights and of the slopes α; batch_size: samples per training batch;
     fold: fold fully linear stretches and report depth and size; cka: linear CKA of every run against
     the original (on up to ``cka_samples`` test samples); seed: the train/test split (when the data
-    has no native test split) and training; eps: ε of the penalty Σ(|1 − α| + ε)^0.5; freeze_tol:
-    |α − 1| below which a slope is frozen at 1.
+    has no native test split) and training; seeds: how many seeds to run, ``seed``, ``seed`` + 1, ...:
+    the whole sweep (and the pre-training when ``train`` > 0) repeats once per seed, on the one split
+    drawn by ``seed``, and the tables aggregate mean ± spread over seeds; eps: ε of the penalty
+    Σ(|1 − α| + ε)^0.5; freeze_tol: |α − 1| below which a slope is frozen at 1.
     """
 
     granularity: list[str] = field(default_factory=lambda: list(GRANULARITIES))
@@ -43,6 +45,7 @@ class LinearizeSettings:
     fold: bool = False
     cka: bool = True
     seed: int = 0
+    seeds: int = 1
     eps: float = 1e-3
     freeze_tol: float = FREEZE_TOL
     cka_samples: int = 512
@@ -73,12 +76,16 @@ class LinearizeSettings:
         check_real("slope_lr", self.slope_lr, 0, strict=True)
         check_real("eps", self.eps, 0)
         check_real("freeze_tol", self.freeze_tol, 0)
-        for name in ("batch_size", "cka_samples"):
+        for name in ("batch_size", "cka_samples", "seeds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise SimkitError(f"`{name}` must be a positive integer, got {value!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise SimkitError(f"`seed` must be an integer, got {self.seed!r}")
+
+    def seed_list(self) -> list[int]:
+        """The seeds of the repeats: ``seed``, ``seed`` + 1, ..., ``seeds`` of them."""
+        return [self.seed + i for i in range(self.seeds)]
 
     def granularities(self) -> list[str]:
         """The granularities to run, each once, in the order given."""

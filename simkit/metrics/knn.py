@@ -1,17 +1,22 @@
 """Exact k-nearest neighbours in chunks, the mutual k-NN alignment score (spec §0.4) and the Jaccard
 k-NN overlap (ReSi).
 
-Neighbours are ranked by inner product, the point itself excluded. Rows are processed ``chunk`` at a
-time, so memory beyond the input is ``O(n·k + chunk·n)`` — never an ``n × n`` matrix — and time is
-``O(n²·p)`` (``benchmarks/bench_knn.py`` measures n = 50,000 × 512).
+Neighbours are ranked by inner product, the point itself excluded (:mod:`simkit.metrics.knn_search`:
+a float32 screen of half the ``n²`` products in tiles, then a float64 decision with a proven error
+bound, the plain float64 path for the rows it cannot prove). Memory beyond the input is
+``O(n·(k + p) + chunk²)`` — never an ``n × n`` matrix — and time ``O(n²·p / 2)`` in float32
+(``benchmarks/bench_knn.py`` measures n = 50,000 × 512).
 
-Ties are broken deterministically and independently of ``chunk``: among equal similarities the lower
-index wins, both for membership at the k-th place and for the order inside the k neighbours. (Equal
-*values* are only guaranteed when the products are computed exactly, e.g. small-integer data; for
-general floats the BLAS may round one block differently from another.)
+Ties are broken deterministically and independently of ``chunk``, the backend and the dtype: among
+equal float64 similarities the lower index wins, both for membership at the k-th place and for the
+order inside the k neighbours. (Equal *values* are only guaranteed when the products are computed
+exactly, e.g. small-integer data; for general floats two float64 routines may round the last bit
+differently.)
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -26,73 +31,27 @@ from simkit.metrics._checks import (
     is_constant,
     warn_undefined,
 )
+from simkit.metrics.knn_search import search
 
-#: Default block size: about this many similarity entries (``chunk · n``) are held at once.
+#: Entries of one block of per-row work elsewhere in simkit.metrics (D-MNN's KL stage).
 CHUNK_ELEMENTS = 2**24
 
 
-def default_chunk(n: int) -> int:
-    """Rows per block so that a block of similarities holds about :data:`CHUNK_ELEMENTS` entries."""
-    return max(1, min(n, CHUNK_ELEMENTS // max(n, 1)))
-
-
-def _fix_boundary_ties(s: Tensor, idx: Tensor, bad: Tensor, k: int) -> Tensor:
-    """Redo the rows ``bad (c,)`` of ``idx (c, k)`` whose k-th value is tied outside the top-k: among
-    the tied entries, the lowest indices are taken."""
-    if not bool(bad.any()):
-        return idx
-    sb = s[bad]
-    kb = sb.gather(1, idx[bad][:, k - 1 : k])
-    greater = sb > kb
-    equal = sb == kb
-    need = k - greater.sum(1, keepdim=True)
-    chosen = greater | (equal & (equal.cumsum(1) <= need))
-    idx = idx.clone()
-    idx[bad] = chosen.nonzero()[:, 1].view(-1, k)
-    return idx
-
-
-def _order(s: Tensor, idx: Tensor) -> tuple[Tensor, Tensor]:
-    """Sort ``idx (c, k)`` by similarity descending, ties by ascending index; returns (values, indices)."""
-    idx = idx.sort(1).values
-    vals = s.gather(1, idx)
-    vals, pos = vals.sort(dim=1, descending=True, stable=True)
-    return vals, idx.gather(1, pos)
-
-
-def topk_block(s: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """Top-``k`` of each row of a similarity block ``s (c, n)`` with the module's tie rule.
-
-    Self-similarities must already be set to ``-inf`` by the caller. Returns ``(values, indices)``,
-    both ``(c, k)``, best first.
-    """
-    # one extra place reveals a tie across the boundary: the (k+1)-th value equals the k-th (the
-    # self entry, -inf, cannot tie with finite values, and k <= n - 1 leaves room for it)
-    vals, idx = s.topk(min(k + 1, s.shape[1]), dim=1, sorted=True)
-    bad = vals[:, k] == vals[:, k - 1] if vals.shape[1] > k else torch.zeros(len(s), dtype=torch.bool, device=s.device)
-    idx = _fix_boundary_ties(s, idx[:, :k], bad, k)
-    return _order(s, idx)
-
-
-def knn_indices(x, k: int, chunk: int | None = None) -> Tensor:
+def knn_indices(x, k: int, chunk: int | None = None, backend: str | None = None,
+                progress: Callable[[int], None] | None = None) -> Tensor:
     """Exact top-``k`` neighbours by inner product of the rows of ``x (n, p)``, self excluded.
 
-    Computed in ``x``'s floating dtype, ``chunk`` rows at a time (default :func:`default_chunk`).
-    Returns int64 ``(n, k)``, most similar first; ties as described in the module docstring.
+    Returns int64 ``(n, k)``, most similar first; ties to the lower index (module docstring). The search
+    (:mod:`simkit.metrics.knn_search`) screens in float32 and decides in float64, so the sets are those
+    of float64 inner products whatever ``x``'s dtype, ``chunk`` (rows and columns of one screening tile,
+    default :data:`~simkit.metrics.knn_search.TILE`, at least ``MIN_TILE``) and ``backend`` (``"auto"``/None: torch;
+    ``"torch"``; ``"faiss"``: faiss-cpu's flat index, optional). ``progress(rows)`` is called as rows of
+    the screen finish (``n`` in all); None: silent.
     """
     x = as_matrix(x, "x", dtype=None)
-    n = len(x)
-    check_k(k, n)
+    check_k(k, len(x))
     check_chunk(chunk)
-    chunk = int(chunk or default_chunk(n))
-    out = torch.empty(n, k, dtype=torch.long, device=x.device)
-    for start in range(0, n, chunk):
-        stop = min(n, start + chunk)
-        s = x[start:stop] @ x.T
-        rows = torch.arange(stop - start, device=x.device)
-        s[rows, rows + start] = -torch.inf
-        out[start:stop] = topk_block(s, k)[1]
-    return out
+    return search(x, int(k), tile=None if chunk is None else int(chunk), backend=backend, progress=progress)
 
 
 def knn_overlap(a: Tensor, b: Tensor) -> Tensor:
@@ -115,7 +74,8 @@ def clamp_normalize(x: Tensor, q: float = 0.95) -> Tensor:
     return F.normalize(x.clamp(-bound, bound), dim=1)
 
 
-def _neighbour_sets(x, y, k: int, chunk: int | None, dtype: torch.dtype, metric: str) -> tuple[Tensor, Tensor] | None:
+def _neighbour_sets(x, y, k: int, chunk: int | None, dtype: torch.dtype, metric: str,
+                    backend: str | None) -> tuple[Tensor, Tensor] | None:
     """Both inputs' k-NN index sets ``(n, k)`` after :func:`clamp_normalize`; None (after a warning) when an
     input is constant (every neighbour would be a tie)."""
     xt, yt = torch.as_tensor(x), torch.as_tensor(y)
@@ -128,32 +88,36 @@ def _neighbour_sets(x, y, k: int, chunk: int | None, dtype: torch.dtype, metric:
         if is_constant(t):  # every neighbour would be a tie: the score would reflect only the tie rule
             warn_undefined(f"{name} is constant: every example has the same activation", 4, metric)
             return None
-    return knn_indices(clamp_normalize(xt), k, chunk), knn_indices(clamp_normalize(yt), k, chunk)
+    return (knn_indices(clamp_normalize(xt), k, chunk, backend),
+            knn_indices(clamp_normalize(yt), k, chunk, backend))
 
 
-def mutual_knn(x, y, k: int = 10, chunk: int | None = None, dtype: torch.dtype = torch.float64) -> float:
+def mutual_knn(x, y, k: int = 10, chunk: int | None = None, dtype: torch.dtype = torch.float64,
+               backend: str | None = None) -> float:
     """Mutual k-NN alignment (Huh et al. 2024) of ``x (n, p)`` and ``y (n, q)``: a float in [0, 1].
 
     Both matrices go through :func:`clamp_normalize`; the score is ``mean_i |N_k^x(i) ∩ N_k^y(i)| / k``
-    with neighbours by inner product, self excluded (:func:`knn_indices`). Computed in ``dtype``
-    (float64 by default; float32 halves time and memory at large ``n``), ``chunk`` rows at a time.
+    with neighbours by inner product, self excluded (:func:`knn_indices`, ``chunk`` and ``backend`` as
+    there). The preprocessing runs in ``dtype`` (float64 by default; float32 halves its memory), the
+    search screens in float32 and decides in float64 either way.
     Not differentiable: a metric only (see ``losses.soft_mutual_knn`` for a smooth relative). A
     constant input (all neighbours tied) gives NaN and a warning, like CKA.
     """
-    sets = _neighbour_sets(x, y, k, chunk, dtype, "mutual k-NN")
+    sets = _neighbour_sets(x, y, k, chunk, dtype, "mutual k-NN", backend)
     if sets is None:
         return float("nan")
     return float(knn_overlap(*sets).double().mean() / k)
 
 
-def jaccard_knn(x, y, k: int = 10, chunk: int | None = None, dtype: torch.dtype = torch.float64) -> float:
+def jaccard_knn(x, y, k: int = 10, chunk: int | None = None, dtype: torch.dtype = torch.float64,
+                backend: str | None = None) -> float:
     """Jaccard k-NN overlap (ReSi, Klabunde et al. 2023) of ``x (n, p)`` and ``y (n, q)``: a float in [0, 1].
 
     ``mean_i |N_k^x(i) ∩ N_k^y(i)| / |N_k^x(i) ∪ N_k^y(i)|``, i.e. ``c_i / (2k − c_i)`` with ``c_i`` the shared
     neighbours; the same neighbour sets as :func:`mutual_knn` (:func:`clamp_normalize`, inner product, self
     excluded, :func:`knn_indices`). 1 for identical neighbourhoods. NaN and a warning for a constant input.
     """
-    sets = _neighbour_sets(x, y, k, chunk, dtype, "jaccard k-NN")
+    sets = _neighbour_sets(x, y, k, chunk, dtype, "jaccard k-NN", backend)
     if sets is None:
         return float("nan")
     c = knn_overlap(*sets).double()

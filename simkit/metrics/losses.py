@@ -157,7 +157,7 @@ class _ChunkedDMNN(torch.autograd.Function):
 
 def kl_chunk(k: int, p: int, q: int) -> int:
     """Rows per block in D-MNN's KL stage: the gathered neighbours ``(chunk, 2k, p + q)`` hold about
-    ``CHUNK_ELEMENTS / 4`` entries (the top-k stage uses ``knn.default_chunk``)."""
+    ``CHUNK_ELEMENTS / 4`` entries (the top-k stage uses the search's own tiles, ``knn_search.TILE``)."""
     return max(1, CHUNK_ELEMENTS // 4 // (2 * k * (p + q)))
 
 
@@ -169,7 +169,7 @@ def dmnn_loss(target: Tensor, guide: Tensor, k: int = 10, tau: float = 0.1, chun
     ``P_i`` = softmax over ``S_i`` of ``−D^G_i·/τ``, ``Q_i`` likewise on the target. Gradients reach
     both inputs (detach the guide to freeze it). Up to :data:`DENSE_MAX_N` examples and without
     ``chunk`` one dense n × n pass; otherwise blocks of rows (``chunk``, or by default
-    ``knn.default_chunk`` for the top-k and :func:`kl_chunk` for the KL terms) with a recomputing
+    ``knn_search.TILE`` for the top-k and :func:`kl_chunk` for the KL terms) with a recomputing
     backward: memory ``O(n·(p + q + k) + chunk·n)`` at n = 50,000, first-order gradients only. Both
     paths agree to rounding.
     See the module docstring for what happens as τ → 0.

@@ -20,6 +20,8 @@ import contextlib
 import json
 import warnings
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,8 @@ def load_model(spec: str, *, seed: int = 0, trust: bool = False, weights: str | 
                num_classes: int | None = None) -> nn.Module:
     """The module named by ``spec``, in eval mode on the CPU (see the module docstring).
 
-    Random initialisation is seeded by ``seed`` without disturbing the global torch generator.
+    Random initialisation is seeded by ``seed`` without disturbing the global torch generator. The
+    module remembers ``spec`` as ``model.simkit_spec`` (what ``simkit.compare`` names it by default).
     """
     if not isinstance(spec, str) or ":" not in spec:
         raise SimkitError(f"model spec {spec!r} has no kind; valid kinds: {', '.join(KINDS)}")
@@ -55,7 +58,15 @@ def load_model(spec: str, *, seed: int = 0, trust: bool = False, weights: str | 
         raise SimkitError(f"model spec {spec!r} gave a {type(model).__name__}, not a torch nn.Module")
     if weights is not None:
         load_weights(model, weights, spec)
+    with contextlib.suppress(AttributeError, RuntimeError):  # a TorchScript module may refuse new attributes
+        object.__setattr__(model, "simkit_spec", spec)  # a plain attribute, not a submodule or buffer
     return model.eval()
+
+
+def model_spec(model: Any) -> str | None:
+    """The spec ``model`` was loaded from by :func:`load_model` (None when unknown)."""
+    spec = getattr(model, "simkit_spec", None)
+    return spec if isinstance(spec, str) else None
 
 
 def local_paths(spec: str) -> list[Path]:
@@ -191,18 +202,42 @@ def _transformers(spec: str):
 
 
 class HFModel(nn.Module):
-    """A local Hugging Face model behind a plain forward.
+    """A local Hugging Face model behind a plain forward, with the model's own layer names.
 
     ``forward(input_ids (b, L), attention_mask (b, L) | None)`` → last hidden state (b, L, d). The
-    wrapped model is ``self.model``, so its layers are named ``model.<...>``. During a forward the
-    mask is kept as ``self.simkit_attention_mask`` so capture's ``last`` reduction can find each
-    sequence's last real token.
+    wrapped model's children (and its own parameters and buffers) are this module's, so
+    ``named_modules()`` gives the names the user's ``hf_model.named_modules()`` gives
+    (``encoder.layer.0``, no prefix) and ``state_dict()`` its keys; the model itself is
+    ``self.hf_model``, not a registered submodule. ``spec``: the ``hf:DIR`` it was loaded from, whose
+    tokenizer reads text data for it (``simkit.data.load_data(..., tokenizer=model.spec)``). During a
+    forward the mask is kept as ``self.simkit_attention_mask`` so the ``mean`` and ``last`` reductions
+    skip padding.
     """
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, spec: str | None = None):
         super().__init__()
-        self.model = model
+        for name, child in model.named_children():
+            self.add_module(name, child)
+        for name, param in model.named_parameters(recurse=False):
+            self.register_parameter(name, param)
+        for name, buffer in model.named_buffers(recurse=False):
+            self.register_buffer(name, buffer)
+        self.hf_model: nn.Module
+        object.__setattr__(self, "hf_model", model)  # not a submodule: the names stay the model's own
+        self.spec = spec
         self.simkit_attention_mask: torch.Tensor | None = None
+
+    def train(self, mode: bool = True) -> HFModel:
+        super().train(mode)
+        self.hf_model.training = mode
+        return self
+
+    def _apply(self, fn, recurse=True):
+        super()._apply(fn, recurse)
+        for name in list(self.hf_model._buffers):  # its own buffers were replaced here: share them again
+            if name in self._buffers:
+                self.hf_model._buffers[name] = self._buffers[name]
+        return self
 
     def forward(self, input_ids=None, attention_mask=None, **kwargs):
         if isinstance(input_ids, dict):
@@ -210,19 +245,38 @@ class HFModel(nn.Module):
             input_ids = kwargs.pop("input_ids", None)
             attention_mask = kwargs.pop("attention_mask", attention_mask)
         self.simkit_attention_mask = attention_mask
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        out = self.hf_model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
         return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+
+@contextmanager
+def _quiet_transformers(transformers) -> Iterator[None]:
+    """No "Loading weights" bars or info lines from transformers while simkit loads (restored after)."""
+    logging = getattr(getattr(transformers, "utils", None), "logging", None)
+    if logging is None:
+        yield
+        return
+    bars, level = logging.is_progress_bar_enabled(), logging.get_verbosity()
+    logging.disable_progress_bar()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+        if bars:
+            logging.enable_progress_bar()
 
 
 def _hf(*, spec, rest, seed, trust, num_classes) -> nn.Module:
     path = _hf_dir(spec, rest)
     transformers = _transformers(spec)
     try:
-        model = transformers.AutoModel.from_pretrained(str(path), local_files_only=True,
-                                                       trust_remote_code=trust)
+        with _quiet_transformers(transformers):
+            model = transformers.AutoModel.from_pretrained(str(path), local_files_only=True,
+                                                           trust_remote_code=trust)
     except Exception as exc:
         raise SimkitError(f"hf spec {spec!r}: cannot load the model from {str(path)!r} ({exc})") from None
-    return HFModel(model)
+    return HFModel(model, spec=spec)
 
 
 def hf_tokenizer(spec: str):
@@ -231,7 +285,8 @@ def hf_tokenizer(spec: str):
     path = _hf_dir(spec, rest)
     transformers = _transformers(spec)
     try:
-        return transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        with _quiet_transformers(transformers):
+            return transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except Exception as exc:
         raise SimkitError(f"tokenizer {spec!r}: cannot load it from {str(path)!r} ({exc})") from None
 

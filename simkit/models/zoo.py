@@ -17,6 +17,7 @@ ZOO: dict[str, str] = {
     "cnn1d": "simkit.models.small:CNN1d",
     "cnn2d": "simkit.models.small:CNN2d",
     "llama": "simkit.models.llama:TinyLlama",
+    "vit": "simkit.models.vit:ViT",
 }
 
 

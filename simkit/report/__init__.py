@@ -21,8 +21,8 @@ import jinja2
 from simkit.errors import SimkitError
 from simkit.io import write_text
 from simkit.report import compare, convert, graft, linearize, stitch, study
-from simkit.report.figures import format_number
-from simkit.results import RunResult
+from simkit.report.figures import format_number, meta_html
+from simkit.results import HTML_VIEWS, RunResult
 
 # result kind → (context builder, template); every kind of simkit.results.RESULT_KINDS has a row
 # (tests/test_report.py checks that)
@@ -48,6 +48,7 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["fmt"] = format_number
+    env.filters["meta_html"] = meta_html  # "How this run was made": readable values, never Python reprs
     return env
 
 
@@ -59,6 +60,35 @@ def render_html(result: RunResult) -> str:
     context = {"findings": [], "cautions": [], **build(result)}
     template = environment().get_template(template_name)
     return template.render(result=result, summary=result.summary, meta=result.meta, **context)
+
+
+_NOTEBOOK = """<div class="simkit-result" style="max-width: 1100px">
+<style>.simkit-result .findings {background: #f3f7ff; border-left: 4px solid #1f77b4; padding: 0.4em 0.9em}
+.simkit-result .cautions {background: #fff8e6; border-left: 4px solid #d9822b; padding: 0.4em 0.9em}
+.simkit-result .heatmaps {display: flex; flex-wrap: wrap; gap: 0.5em 2em} .simkit-result .muted {color: #667085}</style>
+<p><strong>{{ kind }}</strong> · {{ title }}</p>
+{% if findings %}<div class="findings">{% for s in findings %}<p>{{ s }}</p>{% endfor %}</div>{% endif %}
+{% if cautions %}<div class="cautions"><strong>Read with care</strong><ul>{% for c in cautions %}<li>{{ c }}</li>{% endfor %}</ul></div>{% endif %}
+{% if heatmaps %}<div class="heatmaps">{% for h in heatmaps %}<div>{{ h.svg }}</div>{% endfor %}</div>{% endif %}
+<p class="muted">simkit.save_run(result, DIR) writes the full report; result.plot(metric) a seaborn heatmap.</p>
+</div>"""
+
+
+def notebook_html(result: RunResult) -> str:
+    """What ``result._repr_html_()`` shows in Jupyter: the report's findings and cautions, then its
+    heatmaps (compare, study); the full report is ``save_run``'s."""
+    build, _ = REPORT_KINDS[result.kind]
+    context = {"findings": [], "cautions": [], "heatmaps": [], **build(result)}
+    summary = result.summary
+    title = (f"{summary.get('model_a')} vs {summary.get('model_b')} on {summary.get('data')}" if result.kind == "compare"
+             else f"{len(summary.get('models', []))} models on {summary.get('data')}" if result.kind == "study"
+             else ", ".join(f"{k} = {format_number(v)}" for k, v in list(summary.items())[:4]))
+    return environment().from_string(_NOTEBOOK).render(
+        kind=type(result).__name__, title=title, findings=context["findings"], cautions=context["cautions"],
+        heatmaps=context["heatmaps"])
+
+
+HTML_VIEWS.update(dict.fromkeys(REPORT_KINDS, notebook_html))
 
 
 def render_report(result: RunResult, path: str | Path) -> Path:

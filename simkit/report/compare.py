@@ -145,6 +145,121 @@ def best_match_plot(rows: list[dict], metrics: list[str], null_means: dict[str, 
                      xlabel="layer of A", ylabel="similarity", bands=bands or None)
 
 
+# ------------------------------------------------------------------------------------ findings, cautions
+# What the report says first (base.html.j2 shows them before anything else): sentences from the summary
+# and the similarity table only (maxima, means and counts for display, never a new metric).
+
+_BIASED = {"linear_cka": "linear_cka", "rbf_cka": "rbf_cka"}  # per-batch biased HSIC in minibatch mode
+
+
+def lead_metric(metrics: list[str]) -> str:
+    """The metric the findings lead with: unbiased_cka when present (Nguyen et al.'s minibatch
+    estimator; nearly free of the small-sample bias), else the first."""
+    return "unbiased_cka" if "unbiased_cka" in metrics else metrics[0]
+
+
+def _f(value: float) -> str:
+    return "n/a" if value != value else f"{value:.3f}"
+
+
+def depth_diagonal(frame: pd.DataFrame) -> tuple[float, float]:
+    """Mean of the cells at matching relative depth (row i ↔ column round(i·(C−1)/(R−1))) and of all others."""
+    values = frame.to_numpy(dtype=float, na_value=np.nan)
+    r, c = values.shape
+    on = np.zeros_like(values, dtype=bool)
+    for i in range(r):
+        on[i, round(i * (c - 1) / (r - 1)) if r > 1 else 0] = True
+    inside, outside = values[on], values[~on]
+    mean = lambda v: float(np.nanmean(v)) if np.isfinite(v).any() else float("nan")  # noqa: E731
+    return mean(inside), mean(outside)
+
+
+def findings(summary: dict[str, Any], matrices: dict[str, pd.DataFrame], band: list[dict],
+             reductions: str) -> list[str]:
+    """Two or three sentences: the lead metric's level and where it peaks, the depth diagonal, the null."""
+    if not matrices:
+        return []
+    metric = lead_metric(list(matrices))
+    frame = matrices[metric]
+    values = frame.to_numpy(dtype=float, na_value=np.nan)
+    if not np.isfinite(values).any():
+        return [f"Every {metric} value is undefined (NaN): the chosen layers are constant on this data."]
+    i, j = np.unravel_index(np.nanargmax(values) if metric not in _DISTANCE_METRICS else np.nanargmin(values),
+                            values.shape)
+    word = "lowest" if metric in _DISTANCE_METRICS else "highest"
+    out = [f"{metric} between {summary.get('model_a', 'A')} and {summary.get('model_b', 'B')} on "
+           f"{summary.get('data', 'the data')} (n = {summary.get('n', '?')}, {summary.get('mode', '?')} mode"
+           f"{', ' + reductions if reductions else ''}) averages {_f(float(np.nanmean(values)))} over "
+           f"{values.shape[0]} × {values.shape[1]} layer pairs, from {_f(float(np.nanmin(values)))} to "
+           f"{_f(float(np.nanmax(values)))}; {word}: {frame.index[i]} × {frame.columns[j]} ({_f(values[i, j])})."]
+    if min(values.shape) > 1:
+        on, off = depth_diagonal(frame)
+        out.append(f"At matching relative depth (the diagonal) the mean is {_f(on)}, elsewhere {_f(off)}.")
+    row = next((r for r in band if r["metric"] == metric), None)
+    if row is not None and row["above"] is not None:
+        k = summary.get("null") or ""
+        gap = float(np.nanmean(values)) - row["null_mean"]
+        shuffles = f"{k} shuffles of B's samples" if k else "B's samples shuffled"
+        out.append(f"Against a permutation null ({shuffles}) {row['above']} of {row['pairs']} pairs exceed "
+                   "their null's 95th percentile; the "
+                   f"mean value lies {abs(gap):.3f} {'above' if gap >= 0 else 'below'} the null mean "
+                   f"({_f(row['null_mean'])}).")
+    return out
+
+
+def cautions(summary: dict[str, Any], meta: dict[str, Any], matrices: dict[str, pd.DataFrame],
+             band: list[dict], table: pd.DataFrame) -> list[str]:
+    """What to distrust: biased CKA at a small batch, values that are mostly bias or within the null band,
+    no null at all, undefined values, flattened token sequences."""
+    out: list[str] = []
+    within: list[str] = []
+    mode = summary.get("mode")
+    batch = summary.get("batch_size") or meta.get("settings", {}).get("batch_size", "?")
+    by_metric = {r["metric"]: r for r in band}
+    for metric, frame in matrices.items():
+        mean = float(np.nanmean(frame.to_numpy(dtype=float, na_value=np.nan))) if frame.size else float("nan")
+        row = by_metric.get(metric)
+        if mode == "minibatch" and metric in _BIASED:
+            text = (f"{metric} in minibatch mode averages biased HSIC over batches of {batch} samples: its bias "
+                    "is set by the batch size, not by n, and does not shrink with more data; unbiased_cka "
+                    "(unbiased HSIC per batch, Nguyen et al.) does not have it.")
+            if row is not None and mean == mean:
+                text += (f" Here its null mean is {_f(row['null_mean'])} against a mean value of {_f(mean)}"
+                         + (", so these values are mostly estimator bias." if row["null_mean"] > 0.5 * mean
+                            else "."))
+            out.append(text)
+        elif row is not None and row["above"] is not None and mean == mean and mean > 0 \
+                and row["null_mean"] > 0.5 * mean:
+            out.append(f"{metric}: the null mean ({_f(row['null_mean'])}) is more than half the mean value "
+                       f"({_f(mean)}): most of each value is what unrelated samples would give.")
+        if row is not None and row["above"] is not None and row["above"] < row["pairs"]:
+            within.append(f"{row['pairs'] - row['above']} of {row['pairs']} {metric} pairs are not above their "
+                          "null's 95th percentile (dotted in the heatmap): no evidence of similarity there.")
+    out += within  # after every bias note: the bias is the larger error
+    if not band:
+        out.append("No permutation null was run, so nothing here is checked against chance: rerun with "
+                   "--null 10 (the library's null=10).")
+    missing = int(table["value"].isna().sum())
+    if missing:
+        out.append(f"{missing} of {len(table)} values are undefined (NaN; hatched): a constant layer, or a "
+                   "measure that needs more samples than the layer has dimensions.")
+    reduce = meta.get("settings", {}).get("reduce")
+    if str(summary.get("data", "")).startswith("text:") and reduce == "flatten":
+        out.append("Token sequences were flattened (--reduce flatten): padding positions and sentence length "
+                   "can dominate the similarity; the default (auto) takes the mask-aware mean over tokens.")
+    if isinstance(summary.get("n"), int) and summary["n"] < 100:
+        out.append(f"Only n = {summary['n']} samples: every estimate here is noisy.")
+    return out
+
+
+def reductions_text(layers: pd.DataFrame | None) -> str:
+    """'reduction: mean' (or 'reductions: flatten, mean') from the layers table; '' when unknown."""
+    if layers is None or "reduction" not in layers.columns:
+        return ""
+    kinds = [str(v) for v in pd.unique(layers["reduction"].dropna()) if str(v)]
+    return f"reduction{'s' if len(kinds) > 1 else ''}: {', '.join(kinds)}" if kinds else ""
+
+
 def context(result) -> dict[str, Any]:
     """Everything ``compare.html.j2`` shows, prepared from ``result`` (a CompareResult)."""
     summary = result.summary
@@ -169,7 +284,11 @@ def context(result) -> dict[str, Any]:
     has_null = any(v is not None for v in nulls.values())
     layers = result.tables.get("layers")
     value_columns = [c for c in ("value", "null_mean", "null_p95") if c in table.columns]
+    band = null_band(table, metrics)
+    shown = {**summary, "null": result.meta.get("settings", {}).get("null")}
     return {
+        "findings": findings(shown, matrices, band, reductions_text(layers)),
+        "cautions": cautions(summary, result.meta, matrices, band, table),
         "summary_rows": summary_rows(summary, _SUMMARY_LABELS),
         "model_a": model_a,
         "model_b": model_b,
@@ -179,7 +298,7 @@ def context(result) -> dict[str, Any]:
         "best": best,
         "best_plot": best_match_plot(best, metrics, null_means, nulls) if best else None,
         "has_null": has_null,
-        "null_band": null_band(table, metrics),
+        "null_band": band,
         "layers": html_table(layers, numeric=["dim"], css_class="layers") if layers is not None else None,
         "values": html_table(table[["layer_a", "layer_b", "metric", *value_columns]], numeric=value_columns,
                              css_class="values"),

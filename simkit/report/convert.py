@@ -1,9 +1,11 @@
 """Report context of a ``convert`` result (Network of Theseus).
 
 Draws only from the result's tables (``runs``, ``stages``, ``stage_summary``, ``curves``,
-``layer_cka``), summary and extra: a stage × layer CKA heatmap per arm, loss curves per stage, the
-final table (guide, probe, converted, scratch, distillation per schedule/metric/guide init) and the
-converted × guide layer CKA heatmap.
+``baselines``, ``validation``, ``layer_cka``), summary and extra. Order: findings (the headline:
+converted vs the converged scratch baseline, the gain, the budgets) and cautions, then figures (score
+per arm, the rank sweep, the alignment loss per stage and layer — the paper's Figure 5 —, the hybrid's
+score after each stage, stage × layer CKA heatmaps, loss curves of every phase, validation curves of
+the baselines, the converted × guide CKA heatmap), then the tables.
 """
 
 from __future__ import annotations
@@ -27,8 +29,25 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _arm_label(row: pd.Series) -> str:
-    return f"{row['schedule']} · {row['metric']} · {row['guide_init']} guide"
+ARM = ["schedule", "metric", "guide_init", "rank"]
+
+
+def _arm_columns(frame: pd.DataFrame) -> list[str]:
+    """The arm columns a table has (``rank`` is absent from runs made before rank sweeps)."""
+    return [c for c in ARM if c in frame.columns]
+
+
+def _rank_text(rank: Any) -> str:
+    return "" if rank is None or rank == "" or rank != rank else f" · rank {int(rank)}"
+
+
+def _arm_label(row: pd.Series | dict, ranks: bool = False) -> str:
+    label = f"{row['schedule']} · {row['metric']} · {row['guide_init']} guide"
+    return label + (_rank_text(row.get("rank")) if ranks else "")
+
+
+def _sweep(runs: pd.DataFrame) -> bool:
+    return "rank" in runs.columns and runs["rank"].nunique() > 1
 
 
 def stage_heatmaps(stages: pd.DataFrame) -> list[dict[str, Any]]:
@@ -36,11 +55,13 @@ def stage_heatmaps(stages: pd.DataFrame) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if stages.empty:
         return out
-    for (schedule, metric, init), part in stages.groupby(["schedule", "metric", "guide_init"], sort=False):
+    cols = _arm_columns(stages)
+    ranks = "rank" in stages.columns and stages["rank"].nunique() > 1
+    for key, part in stages.groupby(cols, sort=False):
         wide = part.pivot_table(index="stage", columns="layer", values="value", aggfunc="first", sort=False)
         wide = wide.reindex(index=list(dict.fromkeys(part["stage"])), columns=list(dict.fromkeys(part["layer"])))
         wide.index.name, wide.columns.name = "stage", "replaced layer"
-        title = f"{schedule} · {metric} · {init} guide"
+        title = _arm_label(dict(zip(cols, key, strict=True)), ranks)
         out.append({"title": title, "svg": heatmap_svg(wide, title=title, vmin=0.0, vmax=1.0)})
     return out
 
@@ -51,9 +72,13 @@ def loss_curves(curves: pd.DataFrame) -> list[dict[str, Any]]:
     if curves.empty:
         return out
     frame = curves.fillna({"schedule": "", "metric": "", "guide_init": ""})
-    for (schedule, metric, init), part in frame.groupby(["schedule", "metric", "guide_init"], sort=False):
-        if not schedule:
+    cols = _arm_columns(frame)
+    ranks = "rank" in frame.columns and frame.loc[frame["schedule"] != "", "rank"].nunique() > 1
+    for key, part in frame.groupby(cols, sort=False, dropna=False):
+        arm = dict(zip(cols, key, strict=True))
+        if not arm["schedule"]:
             continue
+        name = _arm_label(arm, ranks)
         align = part[~part["phase"].isin(["head", "finetune"])]
         task = part[part["phase"].isin(["head", "finetune"])]
         for label, sub, logy in (("alignment loss", align, True), ("task loss", task, False)):
@@ -66,15 +91,153 @@ def loss_curves(curves: pd.DataFrame) -> list[dict[str, Any]]:
                 offset = int(steps.max())
                 series[phase] = rows["loss"].to_numpy()
                 xs.append(steps)
-            out.append({"title": f"{label}: {schedule} · {metric} · {init} guide",
-                        "img": _multi_line(xs, series, f"{label}: {schedule} · {metric} · {init} guide",
-                                           logy and (sub["loss"] > 0).all())})
+            out.append({"title": f"{label}: {name}",
+                        "img": _multi_line(xs, series, f"{label}: {name}", logy and (sub["loss"] > 0).all())})
     base = frame[frame["schedule"] == ""]
     if not base.empty:
         xs = [rows["step"].to_numpy() for _, rows in base.groupby("phase", sort=False)]
         series = {phase: rows["loss"].to_numpy() for phase, rows in base.groupby("phase", sort=False)}
         out.append({"title": "baselines: training loss", "img": _multi_line(xs, series, "baselines: training loss", False)})
     return out
+
+
+def finetune_curves(curves: pd.DataFrame):
+    """Every arm's task loss (head, then fine-tuning) and the scratch baseline's on one step axis."""
+    if curves.empty:
+        return None
+    frame = curves.fillna({"schedule": "", "metric": "", "guide_init": ""})
+    cols = _arm_columns(frame)
+    ranks = "rank" in frame.columns and frame.loc[frame["schedule"] != "", "rank"].nunique() > 1
+    xs, series = [], {}
+    for key, part in frame.groupby(cols, sort=False, dropna=False):
+        arm = dict(zip(cols, key, strict=True))
+        if arm["schedule"]:
+            sub = part[part["phase"].isin(["head", "finetune"])]
+            if sub.empty:
+                continue
+            head = sub[sub["phase"] == "head"]
+            offset = int(head["step"].max()) if not head.empty else 0
+            steps = sub["step"].to_numpy() + (sub["phase"] == "finetune").to_numpy() * offset
+            xs.append(steps)
+            series[f"NoT {_arm_label(arm, ranks)}"] = sub["loss"].to_numpy()
+        else:  # the scratch baseline: the same cross-entropy (distillation's KL is on another scale)
+            for phase, rows in part[part["phase"] == "scratch"].groupby("phase", sort=False):
+                xs.append(rows["step"].to_numpy())
+                series[str(phase)] = rows["loss"].to_numpy()
+    if not series:
+        return None
+    return _multi_line(xs, series, "cross-entropy: head + fine-tuning of every arm, and scratch", False)
+
+
+def validation_curves(validation: pd.DataFrame | None, score: str):
+    """Validation score per epoch of the guide's training and of every baseline."""
+    column = f"val_{score}"
+    if validation is None or validation.empty or column not in validation.columns:
+        return None
+    xs, series = [], {}
+    for phase, rows in validation.groupby("phase", sort=False):
+        xs.append(rows["step"].to_numpy())
+        series[str(phase)] = rows[column].to_numpy()
+    fig, ax = new_figure(7.0, 3.2)
+    for x, (name, values) in zip(xs, series.items(), strict=True):
+        ax.plot(x, values, lw=1.2, label=name)
+    ax.set_title(f"validation {score} per epoch (the split that stops the baselines)", fontsize=10)
+    ax.set_xlabel("step")
+    ax.set_ylabel(f"validation {score}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, frameon=False)
+    return img(fig, f"validation {score} per epoch")
+
+
+def layer_loss_plots(stages: pd.DataFrame) -> list[dict[str, Any]]:
+    """The paper's Figure 5: per arm, the held-out alignment loss of each layer after each stage (one
+    line per replaced layer, x = stage): which layers are hardest to align."""
+    out: list[dict[str, Any]] = []
+    if stages.empty or "loss" not in stages.columns:
+        return out
+    cols = _arm_columns(stages)
+    ranks = "rank" in stages.columns and stages["rank"].nunique() > 1
+    for key, part in stages.groupby(cols, sort=False):
+        arm = dict(zip(cols, key, strict=True))
+        part = part[part["replaced"].astype(bool) & part["loss"].notna()]
+        if part.empty:
+            continue
+        order = list(dict.fromkeys(part["stage"]))
+        fig, ax = new_figure(6.0, 3.2)
+        for layer, rows in part.groupby("layer", sort=False):
+            ax.plot([order.index(v) for v in rows["stage"]], rows["loss"].to_numpy(), marker="o", lw=1.2, label=layer)
+        ax.set_xticks(range(len(order)))
+        ax.set_xticklabels(order, fontsize=8)
+        positive = (part["loss"] > 0).all()
+        if positive:
+            ax.set_yscale("log")
+        title = f"held-out {arm['metric']} loss per layer: {_arm_label(arm, ranks)}"
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel("alignment loss")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, frameon=False)
+        out.append({"title": title, "img": img(fig, title)})
+    return out
+
+
+def hybrid_plot(stage_summary: pd.DataFrame, score: str):
+    """The hybrid network's test score after each stage (guide modules downstream, the guide's head)."""
+    column = f"hybrid_{score}"
+    if stage_summary.empty or column not in stage_summary.columns or stage_summary[column].isna().all():
+        return None
+    cols = _arm_columns(stage_summary)
+    ranks = "rank" in stage_summary.columns and stage_summary["rank"].nunique() > 1
+    fig, ax = new_figure(6.0, 3.2)
+    for key, part in stage_summary.groupby(cols, sort=False):
+        part = part[part[column].notna()]
+        if part.empty:
+            continue
+        arm = dict(zip(cols, key, strict=True))
+        ax.plot(part["stage"].astype(str).tolist(), part[column].to_numpy(), marker="o", lw=1.2,
+                label=_arm_label(arm, ranks))
+    ax.set_title(f"hybrid {score} after each stage (before fine-tuning)", fontsize=10)
+    ax.set_ylabel(score)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, frameon=False)
+    return img(fig, f"hybrid {score} after each stage")
+
+
+def rank_plot(runs: pd.DataFrame, stages: pd.DataFrame, score: str):
+    """Rank sweep: converted and probe score, and the mean held-out alignment loss after the last stage,
+    against the rank of the low-rank maps (one line per schedule · metric · guide init)."""
+    if not _sweep(runs):
+        return None
+    fig, (left, right) = _two_axes()
+    for key, part in runs.groupby(["schedule", "metric", "guide_init"], sort=False):
+        label = " · ".join(map(str, key))
+        part = part.sort_values("rank")
+        left.plot(part["rank"], part[f"converted_{score}"], marker="o", label=f"converted {label}")
+        left.plot(part["rank"], part[f"probe_{score}"], marker="s", ls="--", label=f"probe {label}")
+        if "loss" in stages.columns and not stages.empty:
+            sel = stages[(stages["schedule"] == key[0]) & (stages["metric"] == key[1])
+                         & (stages["guide_init"] == key[2]) & stages["steps"].notna()]
+            if not sel.empty:
+                last = sel.groupby("rank")["stage"].agg(lambda v: list(dict.fromkeys(v))[-1])
+                means = [sel[(sel["rank"] == r) & (sel["stage"] == st)]["loss"].mean() for r, st in last.items()]
+                right.plot(list(last.index), means, marker="o", label=label)
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("rank")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, frameon=False)
+    left.set_ylabel(score)
+    left.set_title(f"{score} against rank", fontsize=10)
+    right.set_ylabel("alignment loss (held-out, last stage)")
+    right.set_title("alignment loss against rank", fontsize=10)
+    return img(fig, "rank sweep")
+
+
+def _two_axes():
+    fig, _ = new_figure(10.0, 3.4)
+    fig.clear()
+    axes = fig.subplots(1, 2)
+    fig.subplots_adjust(wspace=0.3)
+    return fig, (axes[0], axes[1])
 
 
 def _multi_line(xs, series: dict[str, Any], title: str, logy: bool):
@@ -96,12 +259,26 @@ def _multi_line(xs, series: dict[str, Any], title: str, logy: bool):
 def final_table(runs: pd.DataFrame, score: str) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the final table: one row per arm, one column per role that ran."""
     roles = [r for r in _ROLES if f"{r}_{score}" in runs.columns and runs[f"{r}_{score}"].notna().any()]
-    header = ["schedule", "metric", "guide init"] + [f"{_ROLE_LABELS[r]} {score}" for r in roles] + ["seconds"]
+    extra = [c for c in ("gain_over_scratch", "steps", "scratch_steps", "kd_steps", "seconds")
+             if c in runs.columns and runs[c].notna().any()]
+    labels = {"gain_over_scratch": "gain over scratch", "steps": "conversion steps", "scratch_steps": "scratch steps",
+              "kd_steps": "distillation steps", "seconds": "seconds"}
+    header = ["schedule", "metric", "guide init", "rank"] + [f"{_ROLE_LABELS[r]} {score}" for r in roles] \
+        + [labels[c] for c in extra]
     body = []
     for _, row in runs.iterrows():
-        body.append([str(row["schedule"]), str(row["metric"]), str(row["guide_init"])]
-                    + [_text(row[f"{r}_{score}"]) for r in roles] + [_text(row.get("seconds"))])
+        body.append([str(row["schedule"]), str(row["metric"]), str(row["guide_init"]), _text(row.get("rank"))]
+                    + [_text(row[f"{r}_{score}"]) for r in roles] + [_text(_plain(row.get(c))) for c in extra])
     return header, body
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars as Python numbers (integral floats of step counts as ints)."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and value == value and value.is_integer() and abs(value) >= 1:
+        return int(value)
+    return value
 
 
 def score_plot(runs: pd.DataFrame, score: str):
@@ -124,17 +301,119 @@ def layer_heatmap(table: pd.DataFrame | None):
     return heatmap_svg(wide, title="linear CKA: converted target × guide", vmin=0.0, vmax=1.0)
 
 
+def _points(value: float) -> str:
+    return f"{100 * value:+.1f} points"
+
+
+def findings(summary: dict[str, Any], runs: pd.DataFrame, score: str, higher: bool) -> list[str]:
+    """Two or three sentences from the summary: the headline (converted vs the converged scratch
+    baseline), the probe and the distillation baseline, and the budgets."""
+    out: list[str] = []
+    conv, guide = summary.get(f"converted_{score}"), summary.get(f"guide_{score}")
+    scratch, gain = summary.get(f"scratch_{score}"), summary.get("gain_over_scratch")
+    arm = f"{summary.get('schedule')} · {summary.get('metric')} · {summary.get('guide_init')} guide"
+    if conv is None:
+        return out
+    pct = higher  # accuracies read as points, perplexities as numbers
+    if scratch is not None and gain is not None:
+        gain_text = _points(gain) if pct else f"{gain:+.4g} lower perplexity"
+        out.append(f"Converted target ({arm}): {score} {_text(conv)} vs {_text(scratch)} for the same "
+                   f"architecture trained from scratch for at least as many optimizer steps (best validation "
+                   f"epoch) — "
+                   f"{gain_text}; the guide has {_text(guide)}.")
+    else:
+        out.append(f"Converted target ({arm}): {score} {_text(conv)}; the guide has {_text(guide)} (no scratch "
+                   "baseline was run).")
+    probe, kd = summary.get(f"probe_{score}"), summary.get(f"kd_{score}")
+    parts = []
+    if probe is not None:
+        parts.append(f"a linear probe on the aligned features before fine-tuning reaches {_text(probe)}")
+    if kd is not None:
+        parts.append(f"logit distillation from the guide reaches {_text(kd)}")
+    if parts:
+        out.append("; ".join(parts).capitalize() + ".")
+    maybe = [f"conversion {summary['converted_steps']} optimizer steps ({summary.get('align_steps')} aligning)"
+             if summary.get("converted_steps") is not None else None,
+             f"scratch {summary['scratch_steps']}" if summary.get("scratch_steps") is not None else None,
+             f"distillation {summary['kd_steps']}" if summary.get("kd_steps") is not None else None]
+    steps = [t for t in maybe if t]
+    if len(runs) > 1:
+        col = f"converted_{score}"
+        best = runs.loc[runs[col].idxmax() if higher else runs[col].idxmin()]
+        out.append(f"Best of the {len(runs)} arms: {_arm_label(best, _sweep(runs))} with {_text(best[col])}. "
+                   f"Budgets: {', '.join(steps)}.")
+    elif steps:
+        out.append(f"Budgets: {', '.join(steps)}.")
+    return out
+
+
+def cautions(summary: dict[str, Any], tables: dict[str, pd.DataFrame], meta: dict[str, Any],
+             score: str) -> list[str]:
+    """What to distrust: baselines without a validation split or stopped by their cap, stages stopped
+    by the step cap with the loss still above the threshold, the baselines' cost."""
+    out: list[str] = []
+    baselines = tables.get("baselines", pd.DataFrame())
+    if not baselines.empty:
+        improving = baselines[baselines["still_improving"].astype(bool)] if "still_improving" in baselines else \
+            baselines.iloc[0:0]
+        if summary.get("val_samples") == 0:
+            out.append("No validation split (val_fraction 0): the baselines' last epoch is scored, not their best.")
+        elif not improving.empty:
+            names = ", ".join(f"{r['baseline']}{'-' + str(r['guide_init']) if r['guide_init'] == r['guide_init'] and r['guide_init'] else ''}"
+                              for _, r in improving.iterrows())
+            out.append(f"Baseline(s) {names} had their best validation epoch near the end of their budget: they "
+                       "may still improve with more epochs (baseline_epochs).")
+    stage_summary = tables.get("stage_summary", pd.DataFrame())
+    if not stage_summary.empty and "stop_loss" in stage_summary.columns:
+        thr = stage_summary["stop_loss"]
+        capped = stage_summary[thr.notna() & (stage_summary["stopped"] != "stop_loss")]
+        if not capped.empty:
+            out.append(f"{len(capped)} of {len(stage_summary)} alignment stages hit their step cap with the loss "
+                       "still above the threshold (stages.csv: steps, final_loss, rule).")
+    runs = tables.get("runs", pd.DataFrame())
+    if not baselines.empty and not runs.empty and "seconds" in baselines.columns:
+        base, arms = float(baselines["seconds"].sum()), float(runs["seconds"].sum())
+        if base > arms:
+            out.append(f"The baselines cost more than the conversion: {base:.0f} s of training against "
+                       f"{arms:.0f} s for the converted arm(s) — each trains at least as many optimizer steps as "
+                       "the longest conversion arm.")
+    guide = summary.get(f"guide_{score}")
+    if score == "accuracy" and guide is not None and summary.get("guide_init") == "trained" \
+            and summary.get("guide_val_accuracy") is not None and guide < 0.5:
+        out.append(f"The trained guide reaches only {_text(guide)} test accuracy "
+                   f"(validation {_text(summary.get('guide_val_accuracy'))}); train it longer (train_guide).")
+    return out
+
+
 def context(result) -> dict[str, Any]:
     summary, extra, tables = result.summary, result.extra, result.tables
     score = extra.get("score", "accuracy")
     runs = tables.get("runs", pd.DataFrame())
     header, body = final_table(runs, score) if not runs.empty else ([], [])
     stage_summary = tables.get("stage_summary", pd.DataFrame())
+    ranks = _sweep(runs) if not runs.empty else False
     stage_rows = []
     for _, row in stage_summary.iterrows():
-        stage_rows.append([_arm_label(row), str(row["stage"]), _text(row["steps"]), str(row["stopped"]),
-                           _text(row["final_loss"]), _text(row["final_lr"]), _text(row["seconds"])])
+        stage_rows.append([_arm_label(row, ranks), str(row["stage"]), _text(_plain(row["steps"])),
+                           str(row.get("rule", row["stopped"])), _text(row["final_loss"]), _text(row["final_lr"]),
+                           _text(row.get(f"hybrid_{score}")), _text(row["seconds"])])
+    baselines = tables.get("baselines", pd.DataFrame())
+    baseline_rows = [[str(r["baseline"]), str(r["guide_init"] or "—"), _text(_plain(r["steps"])),
+                      _text(_plain(r["min_steps"])), _text(_plain(r["best_step"])),
+                      "yes" if bool(r.get("still_improving", False)) else "no",
+                      _text(r.get(f"val_{score}")), _text(r.get(f"test_{score}")), _text(r["seconds"])]
+                     for _, r in baselines.iterrows()]
+    higher = extra.get("higher_is_better", True)
+    stages = tables.get("stages", pd.DataFrame())
     return {
+        "findings": findings(summary, runs, score, higher) if not runs.empty else [],
+        "cautions": cautions(summary, tables, result.meta, score),
+        "baseline_rows": baseline_rows,
+        "rank_plot": rank_plot(runs, stages, score) if not runs.empty else None,
+        "layer_loss_plots": layer_loss_plots(stages),
+        "hybrid_plot": hybrid_plot(stage_summary, score),
+        "finetune_plot": finetune_curves(tables.get("curves", pd.DataFrame())),
+        "validation_plot": validation_curves(tables.get("validation"), score),
         "summary_rows": [(k, _text(v)) for k, v in summary.items()],
         "final_header": header, "final_rows": body, "score": score,
         "lower_is_better": not extra.get("higher_is_better", True),

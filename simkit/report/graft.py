@@ -1,10 +1,15 @@
-"""Report context for ``simkit graft`` (kind "graft"): tables plus α(t), undo distance, loss and E3 plots."""
+"""Report context for ``simkit graft`` (kind "graft"): findings (the verdict and what each check
+measured) and cautions computed from the summary, then α(t), undo distance, loss, E3 and F3 plots,
+then the tables."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from simkit.report.figures import img, new_figure
+from simkit.report.figures import format_number, img, new_figure
+
+PAPER_E2_STEPS = 600  # the paper's E2 arms run 600 SGD steps (spec §4)
 
 ARM_COLORS = {"shadow": "#1f77b4", "net2net": "#2ca02c", "double_zero": "#d62728"}
 
@@ -51,6 +56,71 @@ def _records(frame) -> list[dict[str, Any]]:
     return frame.to_dict(orient="records") if frame is not None and len(frame) else []
 
 
+def _n(value: Any) -> str:
+    return format_number(value) if isinstance(value, int | float) and not isinstance(value, bool) else str(value)
+
+
+def verdict_sentence(summary: dict[str, Any], settings: dict[str, Any]) -> str:
+    """"graft on M (gate, branch after SITE, N steps): E1, E2, E3, F3 pass." (the summary's verdict)."""
+    where = (f"graft on {settings.get('model', 'the model')} ({settings.get('gate', '?')} gate, "
+             f"{settings.get('branch', '?')} branch after {settings.get('after', '?')}, "
+             f"{summary.get('e2_steps', settings.get('steps', '?'))} steps)")
+    return f"{where}: {summary.get('verdict', '?')}."
+
+
+def findings(summary: dict[str, Any], settings: dict[str, Any]) -> list[str]:
+    """Three sentences: the verdict; E1 and E2 as measured; E3 and F3 as measured."""
+    if "verdict" not in summary:  # a result from before the verdict keys existed
+        return []
+    out = [verdict_sentence(summary, settings)]
+    dz = summary.get("e2_double_zero_max_abs_grad")
+    out.append(f"The graft changed {_n(summary.get('e1_mismatches'))} of {_n(summary.get('e1_values_compared'))} "
+               f"output values' bits; under plain SGD the shadow gate's α first had a gradient at step "
+               f"{_n(summary.get('e2_shadow_alpha_first_grad_step'))} and its branch at step "
+               f"{_n(summary.get('e2_shadow_branch_first_grad_step'))}, the net2net branch at step "
+               f"{_n(summary.get('e2_net2net_branch_first_grad_step'))}, and the double-zero arm's largest "
+               f"gradient was {_n(dz)}{' (exactly zero: nothing trains)' if dz == 0 else ''}.")
+    corr = summary.get("e3_cone_cost_correlation")
+    e3 = (f"recompute time against cone size correlates at {corr:.3f} over {_n(summary.get('e3_sites'))} graft "
+          "depths" if isinstance(corr, int | float) and math.isfinite(corr) else "E3 measured no correlation")
+    f3 = (f"the run killed after step {_n(summary.get('f3_killed_after_step'))} and resumed in a new process "
+          f"from step {_n(summary.get('f3_resumed_from_step'))} is "
+          f"{'bit-identical to' if summary.get('f3_resume_bit_identical') else 'not bit-identical to'} the "
+          "uninterrupted run")
+    diverge = summary.get("f3_without_moments_diverges_at_step")
+    f3 += (f", and without the optimizer moments it diverges at step {_n(diverge)}" if diverge is not None
+           else ", but without the optimizer moments it never diverges")
+    out.append(f"{e3[0].upper()}{e3[1:]}; {f3}.")
+    return out
+
+
+def cautions(summary: dict[str, Any], e3_rows: list[dict[str, Any]]) -> list[str]:
+    """What to distrust: fewer E1 values than the paper's, fewer E2 steps, E3 timings (a wall-clock
+    measurement), a recompute slower than the full forward pass, E3 not measured."""
+    out = []
+    if summary.get("e1_note"):
+        out.append(str(summary["e1_note"]))
+    steps = summary.get("e2_steps")
+    if isinstance(steps, int) and steps < PAPER_E2_STEPS:
+        out.append(f"E2 and F3 ran {steps} steps, fewer than the paper's {PAPER_E2_STEPS}: the first-gradient "
+                   "steps are the same, the final α and losses are not comparable to the paper's.")
+    if summary.get("e3_note"):
+        out.append(f"E3 was not measured: {summary['e3_note']}")
+    elif not summary.get("e3_pass", True):
+        out.append("E3's correlation comes from wall-clock timings (the fastest of several calls after a "
+                   "warm-up) and falls below the pass threshold; a busy machine blurs it, so rerun on an idle "
+                   "one before concluding that recompute cost does not follow the cone.")
+    # the shallowest site's cone is the whole network plus the graft: only deeper ones must be cheaper
+    slow = [r for r in e3_rows[1:] if r.get("recompute_s", 0) > r.get("full_forward_s", math.inf)]
+    if slow:
+        worst = max(slow, key=lambda r: r["recompute_s"] / r["full_forward_s"])
+        out.append(f"Recomputing the cone after {worst['site']} took {_n(worst['recompute_s'])} s, more than a "
+                   f"full forward pass ({_n(worst['full_forward_s'])} s), at {len(slow)} of the "
+                   f"{len(e3_rows) - 1} graft depths below the first: the cached runner's overhead exceeds "
+                   "what it saves there, or the timings are noisy.")
+    return out
+
+
 def context(result) -> dict[str, Any]:
     tables = result.tables
     e2, e3, f3 = tables.get("e2"), tables.get("e3"), tables.get("f3")
@@ -64,5 +134,8 @@ def context(result) -> dict[str, Any]:
         figures["f3"] = _f3_figure(f3)
     if e3 is not None and len(e3):
         figures["e3"] = _e3_figure(e3)
+    settings = result.meta.get("settings", {})
+    e3_rows = _records(e3)
     return {"figures": figures, "e1_rows": _records(tables.get("e1")), "e2_rows": _records(tables.get("e2_arms")),
-            "e3_rows": _records(e3), "settings": result.meta.get("settings", {})}
+            "e3_rows": e3_rows, "settings": settings, "findings": findings(result.summary, settings),
+            "cautions": cautions(result.summary, e3_rows)}

@@ -1,7 +1,12 @@
-"""Report context of a ``linearize`` result: accuracy vs NAPL, path-length histograms, heatmaps.
+"""Report context of a ``linearize`` result: findings, accuracy vs NAPL with error bars over seeds,
+path-length histograms with their Binomial fit, nonlinear fractions and CKA heatmaps, then tables.
 
-Reads only the result's tables (``runs``, ``layers``, ``distributions``, ``cka``, ``history``) and
-summary; the binomial reference curves are drawn from the stored NAPL and maximum length.
+Reads only the result's tables and summary: the means and spreads over seeds come from the
+``aggregate``, ``matched_mean``, ``distributions_mean``, ``layers_mean`` and ``cka_mean`` tables the
+runner wrote (a result written before seeds existed is read as one seed). The Binomial fit of a
+histogram is the one Binomial with the histogram's support and mean: k_min + Binomial(n, p) with
+n = k_max − k_min and p = (NAPL − k_min) / n (a stem plus n one-activation residual blocks gives
+exactly 1 + Binomial(n, ½)).
 """
 
 from __future__ import annotations
@@ -12,35 +17,187 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simkit.report.figures import heatmap_svg, img, line_plot, new_figure
+from simkit.report.figures import format_number, heatmap_svg, img, line_plot, new_figure
 
 _COLOURS = {"channel": "#1f77b4", "layer": "#d62728"}
+NEAR_CHANCE = 0.1   # an original within this much of chance accuracy is flagged
+KEPT = 0.01         # "keeps the original's accuracy": within one point of it
 
 
-def _accuracy_vs_napl(runs: pd.DataFrame, summary: dict[str, Any]):
-    fig, ax = new_figure(6.5, 4.0)
-    for granularity, group in runs.groupby("granularity", sort=False):
-        group = group.sort_values("napl")
-        ax.plot(group["napl"], group["accuracy"], marker="o", label=f"{granularity}-wise",
-                color=_COLOURS.get(str(granularity)))
+def _num(value: Any) -> float:
+    """``value`` as a float (None and missing as NaN)."""
+    return float("nan") if value is None else float(value)
+
+
+def _pm(mean: float, std: float, digits: int = 3) -> str:
+    """``mean ± std`` (``mean`` alone when std is NaN: one seed)."""
+    return f"{mean:.{digits}f}" if math.isnan(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def _runs(result) -> pd.DataFrame:
+    """The runs table with ``seed`` and ``run`` columns (added for results of one seed written before them)."""
+    runs = result.tables["runs"]
+    if "seed" not in runs.columns:
+        runs = runs.assign(seed=0)
+    if "run" not in runs.columns:
+        runs = runs.assign(run=[f"{g} ω={w:g}" for g, w in zip(runs["granularity"], runs["omega"], strict=True)])
+    return runs
+
+
+def _aggregate(result, runs: pd.DataFrame) -> pd.DataFrame:
+    """The aggregate table; for an older one-seed result its runs under the aggregate's names (std NaN)."""
+    if "aggregate" in result.tables:
+        return result.tables["aggregate"]
+    frame = runs[["run", "granularity", "omega"]].assign(seeds=1)
+    for name in ("napl", "accuracy", "nonlinear_fraction", "apl", "frozen_fraction"):
+        frame[f"{name}_mean"] = runs[name] if name in runs.columns else float("nan")
+        frame[f"{name}_std"] = float("nan")
+    return frame
+
+
+# ---------------------------------------------------------------------------------------------------
+# findings and cautions
+
+
+def _findings(summary: dict[str, Any], aggregate: pd.DataFrame, matched_mean: pd.DataFrame) -> list[str]:
+    """Two or three sentences: the matched-NAPL gain, the most linear run that keeps accuracy, the original."""
+    seeds = len(summary.get("seeds", [0]))
+    over = f"mean ± std over {seeds} seeds" if seeds > 1 else "one seed"
+    out = []
+    napl = summary.get("lowest_matched_napl")
+    granularities = set(aggregate["granularity"])
+    if napl is not None:
+        row = matched_mean[np.isclose(matched_mean["napl"].astype(float), float(napl))].iloc[0]
+        d, d_std = _num(row["difference_mean"]), _num(row["difference_std"])
+        if seeds < 2:
+            verdict = "with one seed the spread is unknown"
+        elif d - d_std > 0:
+            verdict = "beyond the seed spread"
+        elif d + d_std < 0:
+            verdict = "layer-wise ahead, beyond the seed spread"
+        else:
+            verdict = "within the seed spread"
+        out.append(f"At the lowest matched NAPL ({napl:.3g}), channel-wise slopes keep test accuracy "
+                   f"{_pm(_num(row['channel_accuracy_mean']), _num(row['channel_accuracy_std']))} against "
+                   f"{_pm(_num(row['layer_accuracy_mean']), _num(row['layer_accuracy_std']))} layer-wise: "
+                   f"channel − layer = {d:+.3f}{'' if math.isnan(d_std) else f' ± {d_std:.3f}'} ({over}; {verdict}).")
+    elif granularities >= {"channel", "layer"}:
+        out.append("No layer-wise NAPL above 0 lies within the channel-wise runs' NAPL range in every seed, so "
+                   "the two granularities are not compared at matched NAPL (the matched table gives nearest-run "
+                   "hints); widen the ω range.")
+    else:
+        out.append(f"Only {'/'.join(sorted(granularities))}-wise runs: nothing to compare at matched NAPL.")
+    original = _num(summary.get("original_accuracy"))
+    linearized = aggregate[aggregate["napl_mean"] < summary["original_napl"] - 1e-9]
+    kept = linearized[linearized["accuracy_mean"] >= original - KEPT]
+    if linearized.empty:
+        out.append(f"No run linearized anything: NAPL stayed at the original {summary['original_napl']:.3g}.")
+    elif not kept.empty:
+        best = kept.sort_values("napl_mean", kind="stable").iloc[0]
+        out.append(f"The most linear run within {KEPT * 100:.0f} point of the original's accuracy is {best['run']}: "
+                   f"NAPL {_pm(best['napl_mean'], best['napl_std'], 2)} of {summary['original_napl']:.3g}, "
+                   f"{best['nonlinear_fraction_mean']:.0%} of units still nonlinear, accuracy "
+                   f"{_pm(best['accuracy_mean'], best['accuracy_std'])}.")
+    else:
+        best = linearized.sort_values("accuracy_mean", kind="stable").iloc[-1]
+        out.append(f"No linearized run keeps the original's accuracy to within {KEPT * 100:.0f} point; the most "
+                   f"accurate is {best['run']} at {_pm(best['accuracy_mean'], best['accuracy_std'])} "
+                   f"(NAPL {_pm(best['napl_mean'], best['napl_std'], 2)}).")
+    accuracies = summary.get("original_accuracies", [original])
+    out.append(f"The original network (every ReLU nonlinear) has NAPL {summary['original_napl']:.3g} and test "
+               f"accuracy {_pm(original, _num(np.std(accuracies, ddof=1)) if len(accuracies) > 1 else math.nan)}.")
+    return out
+
+
+def _cautions(result, runs: pd.DataFrame, matched_mean: pd.DataFrame) -> list[str]:
+    summary, meta = result.summary, result.meta
+    out = []
+    seeds = len(summary.get("seeds", [0]))
+    unchanged = summary.get("unchanged_runs")
+    if unchanged is None:
+        unchanged = list(runs.loc[runs["frozen_fraction"] == 0, "run"]) if "frozen_fraction" in runs else []
+    if unchanged:
+        shown = ", ".join(unchanged[:6]) + (f" and {len(unchanged) - 6} more" if len(unchanged) > 6 else "")
+        out.append(f"{len(unchanged)} of {len(runs)} runs linearized nothing (no slope reached α = 1, so NAPL stays at "
+                   f"the original {summary['original_napl']:.3g}): {shown}. Raise ω, the post-training epochs or the "
+                   "slope learning rate.")
+    if seeds < 2:
+        out.append("One seed: differences smaller than the seed-to-seed variation cannot be told from noise; run "
+                   "several seeds (--seeds 3) for error bars.")
+    chance = summary.get("chance_accuracy")
+    original = _num(summary.get("original_accuracy"))
+    if chance is not None and original <= chance + NEAR_CHANCE:
+        out.append(f"The original network's test accuracy ({original:.3f}) is near chance ({chance:.3f}): linearizing "
+                   "an untrained network says little; train it first (--train EPOCHS) or load trained weights.")
+    if "bit_exact_at_start" in runs.columns and not runs["bit_exact_at_start"].astype(bool).all():
+        bad = list(runs.loc[~runs["bit_exact_at_start"].astype(bool), "run"])
+        out.append(f"The swapped network did not reproduce the original bit for bit at α = 0 in {', '.join(bad)}.")
+    hints = matched_mean[matched_mean["matched_seeds"] < matched_mean["seeds"]] if not matched_mean.empty else matched_mean
+    if not hints.empty:
+        out.append("At layer-wise NAPL " + ", ".join(f"{v:.3g}" for v in hints["napl"]) + " the channel-wise runs of "
+                   "some seeds do not reach that NAPL: their channel-wise accuracy is the nearest run's, a hint, not a "
+                   "match.")
+    if seeds > 1 and str(meta.get("seed_models", "")).startswith("copies"):
+        out.append("Every seed started from the same initial weights (copies of one model): the spread covers the "
+                   "batch order only, not the initialisation.")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# figures
+
+
+def _accuracy_vs_napl(aggregate: pd.DataFrame, runs: pd.DataFrame, summary: dict[str, Any]):
+    """Mean accuracy against mean NAPL per granularity × ω, error bars one std over seeds both ways;
+    every seed's run a faint dot; the original a star."""
+    fig, ax = new_figure(6.8, 4.2)
+    several = aggregate["seeds"].max() > 1 if not aggregate.empty else False
+    for granularity, group in aggregate.groupby("granularity", sort=False):
+        colour = _COLOURS.get(str(granularity))
+        group = group.sort_values("napl_mean")
+        ax.errorbar(group["napl_mean"], group["accuracy_mean"],
+                    xerr=group["napl_std"].fillna(0) if several else None,
+                    yerr=group["accuracy_std"].fillna(0) if several else None,
+                    marker="o", ms=4, capsize=3, lw=1.2, color=colour, label=f"{granularity}-wise")
+        if several:
+            seeds = runs[runs["granularity"] == granularity]
+            ax.scatter(seeds["napl"], seeds["accuracy"], s=9, color=colour, alpha=0.3, lw=0)
         for _, row in group.iterrows():
-            ax.annotate(f"ω={row['omega']:g}", (row["napl"], row["accuracy"]), fontsize=6,
+            ax.annotate(f"ω={row['omega']:g}", (row["napl_mean"], row["accuracy_mean"]), fontsize=6,
                         xytext=(3, 3), textcoords="offset points")
-    ax.scatter([summary["original_napl"]], [summary["original_accuracy"]], marker="*", s=140, color="black",
-               label="original (all ReLU)", zorder=3)
+    accuracies = summary.get("original_accuracies", [summary["original_accuracy"]])
+    ax.errorbar([summary["original_napl"]], [summary["original_accuracy"]],
+                yerr=[np.std(accuracies, ddof=1)] if len(accuracies) > 1 else None, marker="*", ms=12,
+                color="black", capsize=3, lw=0, elinewidth=1, label="original (all ReLU)", zorder=3)
+    chance = summary.get("chance_accuracy")
+    if chance is not None:
+        ax.axhline(chance, color="#98a2b3", lw=0.8, ls=":", label="chance")
     ax.set_xlabel("NAPL (normalised average path length)")
     ax.set_ylabel("test accuracy")
-    ax.set_title("Accuracy against NAPL", fontsize=10)
+    ax.set_title("Accuracy against NAPL" + (" (mean ± std over seeds)" if several else ""), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, frameon=False)
-    return img(fig, "accuracy against NAPL, channel-wise and layer-wise")
+    return img(fig, "accuracy against NAPL, channel-wise and layer-wise, error bars over seeds")
 
 
 def _binomial(length: int, p: float) -> np.ndarray:
     return np.array([math.comb(length, k) * p**k * (1 - p) ** (length - k) for k in range(length + 1)])
 
 
+def binomial_fit(lengths: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(k, P(k)) of k_min + Binomial(k_max − k_min, p) with the same mean as ``probs`` over ``lengths``
+    (k_min, k_max: the shortest and longest lengths of probability > 1e-12); None for one length."""
+    support = lengths[probs > 1e-12]
+    lo, hi = int(support.min()), int(support.max())
+    if hi == lo:
+        return None
+    p = min(max((float(lengths @ probs) - lo) / (hi - lo), 0.0), 1.0)
+    return np.arange(lo, hi + 1), _binomial(hi - lo, p)
+
+
 def _histograms(dists: pd.DataFrame, order: list[str]):
+    """One panel per run label: mean probability per path length (error bars: std over seeds) and
+    the Binomial(n, NAPL/n) fit."""
     labels = [r for r in order if r in set(dists["run"])]
     cols = min(4, len(labels))
     rows = -(-len(labels) // cols)
@@ -49,84 +206,139 @@ def _histograms(dists: pd.DataFrame, order: list[str]):
     axes = fig.subplots(rows, cols, squeeze=False)
     for ax in axes.flat[len(labels):]:
         ax.axis("off")
+    fitted = []
     for ax, label in zip(axes.flat, labels, strict=False):
         frame = dists[dists["run"] == label].sort_values("length")
-        lengths = frame["length"].to_numpy()
-        probs = frame["probability"].to_numpy()
-        top = int(lengths.max())
+        lengths = frame["length"].to_numpy(dtype=int)
+        probs = frame["probability_mean"].to_numpy(dtype=float)
+        errors = frame["probability_std"].to_numpy(dtype=float)
         napl = float(lengths @ probs)
-        ax.bar(lengths, probs, color="#8fb3d9", label="path lengths")
-        if top > 0:
-            ax.plot(np.arange(top + 1), _binomial(top, min(max(napl / top, 0.0), 1.0)), "k.--", lw=0.8, ms=4,
-                    label=f"Binomial({top}, NAPL/{top})")
+        ax.bar(lengths, probs, color="#8fb3d9", label="path lengths",
+               yerr=None if np.isnan(errors).all() else np.nan_to_num(errors), capsize=2,
+               error_kw={"elinewidth": 0.8})
+        fit = binomial_fit(lengths, probs)
+        if fit is not None:
+            ax.plot(*fit, "k.--", lw=0.8, ms=4, label="Binomial fit")
+            fitted.append(ax)
+        ax.set_xticks(lengths)
         ax.set_title(f"{label}  (NAPL {napl:.3g})", fontsize=8)
+        ax.set_xlabel("nonlinear units on a path", fontsize=7)
         ax.tick_params(labelsize=7)
-    axes.flat[0].legend(fontsize=6, frameon=False)
+    (fitted[0] if fitted else axes.flat[0]).legend(fontsize=6, frameon=False)   # the first panel with a fit
     fig.tight_layout()
-    return img(fig, "path-length distributions against the binomial expectation")
+    return img(fig, "path-length distributions with their Binomial fit")
 
 
-def _layer_heatmap(layers: pd.DataFrame, order: list[str]):
+def _wide(frame: pd.DataFrame, index: str, columns: str, values: str, col_order: list[str]) -> pd.DataFrame:
+    wide = frame.pivot(index=index, columns=columns, values=values)
+    return wide.reindex(index=list(dict.fromkeys(frame[index])), columns=[c for c in col_order if c in wide.columns])
+
+
+def _layer_heatmap(layers: pd.DataFrame, order: list[str], several: bool):
     if layers.empty:
         return None
-    wide = layers.pivot(index="layer", columns="run", values="nonlinear_fraction")
-    layer_order = list(dict.fromkeys(layers["layer"]))
-    wide = wide.reindex(index=layer_order, columns=[r for r in order if r in wide.columns])
+    wide = _wide(layers, "layer", "run", "nonlinear_fraction_mean", order)
     wide.index.name, wide.columns.name = "activation site", "run"
-    return heatmap_svg(wide, title="fraction of units still nonlinear", vmin=0.0, vmax=1.0)
+    return heatmap_svg(wide, title="units still nonlinear" + (" (mean of seeds)" if several else ""),
+                       vmin=0.0, vmax=1.0)
 
 
-def _cka_figures(cka: pd.DataFrame | None, runs: pd.DataFrame, order: list[str]) -> dict[str, Any]:
+def _cka_figures(cka: pd.DataFrame | None, aggregate: pd.DataFrame, order: list[str], several: bool) -> dict[str, Any]:
     if cka is None or cka.empty:
         return {"cka_diagonal": None, "cka_matrices": []}
     same = cka[cka["layer_a"] == cka["layer_b"]]
-    diagonal = same.pivot(index="layer_a", columns="run", values="linear_cka")
-    diagonal = diagonal.reindex(index=list(dict.fromkeys(same["layer_a"])),
-                                columns=[r for r in order if r in diagonal.columns])
+    diagonal = _wide(same, "layer_a", "run", "linear_cka_mean", order)
     diagonal.index.name, diagonal.columns.name = "activation site", "run"
+    mean = " (mean of seeds)" if several else ""
     matrices = []
-    for granularity, group in runs.groupby("granularity", sort=False):
-        row = group.sort_values("napl").iloc[0]
-        label = f"{granularity} ω={row['omega']:g}"
+    for _, group in aggregate.groupby("granularity", sort=False):
+        partly = group[group["napl_mean"] > 0]     # a fully linear run is the same at either granularity
+        label = (partly if len(partly) else group).sort_values("napl_mean", kind="stable").iloc[0]["run"]
         rows = cka[cka["run"] == label]
         if rows.empty:
             continue
-        wide = rows.pivot(index="layer_a", columns="layer_b", values="linear_cka")
-        names = list(dict.fromkeys(rows["layer_a"]))
-        wide = wide.reindex(index=names, columns=names)
-        wide.index.name, wide.columns.name = "original site", f"linearized site ({label})"
-        matrices.append({"label": label, "svg": heatmap_svg(
-            wide, title=f"linear CKA: original vs {label} (lowest NAPL)", vmin=0.0, vmax=1.0)})
-    return {"cka_diagonal": heatmap_svg(diagonal, title="linear CKA of each site with the original's",
-                                        vmin=0.0, vmax=1.0),
+        wide = _wide(rows, "layer_a", "layer_b", "linear_cka_mean", list(dict.fromkeys(rows["layer_a"])))
+        wide.index.name, wide.columns.name = "original site", f"site of {label}"
+        matrices.append({"label": label, "svg": heatmap_svg(wide, title=f"CKA{mean}", vmin=0.0, vmax=1.0)})
+    return {"cka_diagonal": heatmap_svg(diagonal, title=f"CKA with the original{mean}", vmin=0.0, vmax=1.0),
             "cka_matrices": matrices}
 
 
-def _loss_plot(history: pd.DataFrame | None, order: list[str]):
+def _loss_plot(history: pd.DataFrame | None, runs: pd.DataFrame):
+    """Post-training loss of each run of the first seed (every seed's curve would crowd the plot)."""
     if history is None or history.empty:
         return None
+    first = runs[runs["seed"] == runs["seed"].min()]
     steps = sorted(history["step"].unique())
     series = {}
-    for label in order:
+    for label in first["run"]:
         frame = history[history["run"] == label].set_index("step")["loss"]
         series[label] = frame.reindex(steps).to_numpy()
     return line_plot(steps, series, title="post-training loss (CE + ω·penalty)", xlabel="step", ylabel="loss",
                      logy=True)
 
 
+# ---------------------------------------------------------------------------------------------------
+# tables
+
+
+def _aggregate_rows(aggregate: pd.DataFrame) -> list[dict[str, str]]:
+    return [{"run": str(r["run"]), "seeds": str(r["seeds"]),
+             "napl": _pm(r["napl_mean"], r["napl_std"]), "nonlinear": _pm(r["nonlinear_fraction_mean"],
+                                                                           r["nonlinear_fraction_std"]),
+             "accuracy": _pm(r["accuracy_mean"], r["accuracy_std"]), "frozen": _pm(r["frozen_fraction_mean"],
+                                                                                   r["frozen_fraction_std"])}
+            for _, r in aggregate.iterrows()]
+
+
+def _matched_mean_rows(matched_mean: pd.DataFrame) -> list[dict[str, str]]:
+    return [{"napl": format_number(float(r["napl"])), "seeds": f"{r['matched_seeds']} of {r['seeds']}",
+             "layer": _pm(r["layer_accuracy_mean"], r["layer_accuracy_std"]),
+             "channel": _pm(r["channel_accuracy_mean"], r["channel_accuracy_std"]),
+             "difference": _pm(r["difference_mean"], r["difference_std"]),
+             "range": f"{r['difference_min']:+.3f} … {r['difference_max']:+.3f}"}
+            for _, r in matched_mean.iterrows()]
+
+
 def context(result) -> dict[str, Any]:
-    """Template context of a LinearizeResult: figures and tables drawn from its tables only."""
-    runs = result.tables["runs"]
-    order = [f"{g} ω={w:g}" for g, w in zip(runs["granularity"], runs["omega"], strict=True)]
-    dists = result.tables.get("distributions", pd.DataFrame(columns=["run", "length", "probability"]))
-    columns = list(runs.columns)
+    """Template context of a LinearizeResult: findings, figures, tables, from its tables and summary only."""
+    runs = _runs(result)
+    aggregate = _aggregate(result, runs)
+    several = bool(len(aggregate) and aggregate["seeds"].max() > 1)
+    order = list(aggregate["run"])
+    matched = result.tables.get("matched", pd.DataFrame())
+    matched_mean = result.tables.get("matched_mean", pd.DataFrame(
+        columns=["napl", "seeds", "matched_seeds", "difference_mean", "difference_std"]))
+    dists = result.tables.get("distributions_mean")
+    if dists is None and "distributions" in result.tables:   # an older one-seed result
+        dists = result.tables["distributions"].assign(probability_mean=lambda f: f["probability"],
+                                                      probability_std=float("nan"))
     return {
-        "runs_columns": columns,
+        "findings": _findings(result.summary, aggregate, matched_mean),
+        "cautions": _cautions(result, runs, matched_mean),
+        "several_seeds": several,
+        "runs_columns": list(runs.columns),
         "runs_rows": runs.to_dict(orient="records"),
-        "accuracy_plot": _accuracy_vs_napl(runs, result.summary) if not runs.empty else None,
-        "matched": result.tables["matched"].to_dict(orient="records") if "matched" in result.tables else [],
-        "histograms": _histograms(dists, ["original"] + order) if not dists.empty else None,
-        "layer_heatmap": _layer_heatmap(result.tables.get("layers", pd.DataFrame()), order),
-        "loss_plot": _loss_plot(result.tables.get("history"), order),
-        **_cka_figures(result.tables.get("cka"), runs, order),
+        "aggregate_rows": _aggregate_rows(aggregate),
+        "accuracy_plot": _accuracy_vs_napl(aggregate, runs, result.summary) if not aggregate.empty else None,
+        "matched": matched.to_dict(orient="records"),
+        "matched_mean": _matched_mean_rows(matched_mean) if "difference_min" in matched_mean.columns else [],
+        "histograms": _histograms(dists, ["original"] + order) if dists is not None and not dists.empty else None,
+        "layer_heatmap": _layer_heatmap(_layers_mean(result), order, several),
+        "loss_plot": _loss_plot(result.tables.get("history"), runs),
+        **_cka_figures(_cka_mean(result), aggregate, order, several),
     }
+
+
+def _layers_mean(result) -> pd.DataFrame:
+    if "layers_mean" in result.tables:
+        return result.tables["layers_mean"]
+    layers = result.tables.get("layers", pd.DataFrame())
+    return layers.assign(nonlinear_fraction_mean=layers["nonlinear_fraction"]) if not layers.empty else layers
+
+
+def _cka_mean(result) -> pd.DataFrame | None:
+    if "cka_mean" in result.tables:
+        return result.tables["cka_mean"]
+    cka = result.tables.get("cka")
+    return None if cka is None else cka.assign(linear_cka_mean=cka["linear_cka"])

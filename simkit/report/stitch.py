@@ -1,7 +1,13 @@
-"""Report context of a stitch run: penalty heatmaps (objective × layer pair) per setting, penalties over
-depth, IRI quality (relative-error histograms, IRIs beside their originals) and the run's settings.
+"""Report context of a stitch run: findings and cautions first, then standard vs invariance-aware
+penalties side by side per layer and objective (a figure), penalty heatmaps (objective × layer pair)
+per setting, penalties over depth, the mean ± spread table, IRI quality (relative-error histograms,
+IRIs beside their originals) and the run's settings.
 
-Everything is drawn from the result's tables and ``extra``; nothing is computed here but layout.
+A ``stitching`` table may carry a ``models`` column (which model pair, e.g. ``A→S``) and a ``seed``
+column, as an example's combined result does: rows are then averaged over seeds (spread = standard
+deviation over seeds) and the findings say which model pairs the invariance-aware arm separates.
+Everything is drawn from the result's summary, tables and ``extra``; nothing is computed here but
+means over seeds and layout.
 """
 
 from __future__ import annotations
@@ -60,6 +66,126 @@ def _depth_plot(table: pd.DataFrame):
         series[f"{objective} ({setting})"] = values.tolist()
     return line_plot(order, series, title="Stitching penalty over depth", xlabel="layer pair (A → B)",
                      ylabel="penalty (B acc − stitched acc)")
+
+
+SEPARATION = 0.10  # an invariance-aware penalty this much above the reference pair's (and beyond 2 spreads)
+
+
+def _with_groups(table: pd.DataFrame, meta: dict[str, Any]) -> pd.DataFrame:
+    """``table`` with ``models`` (the model pair) and ``seed`` columns filled in for a single run."""
+    if "models" not in table.columns:
+        table = table.assign(models=f"{meta.get('model_a')} → {meta.get('model_b')}")
+    if "seed" not in table.columns:
+        table = table.assign(seed=meta.get("seed", 0))
+    return table.assign(pair=table.apply(_pair_label, axis=1))
+
+
+def aggregate(table: pd.DataFrame) -> pd.DataFrame:
+    """Mean and spread (standard deviation over seeds, 0 for one seed) of the penalty and the stitched
+    accuracy per (models, pair, objective, setting), in run order; ``table`` as :func:`_with_groups` gives."""
+    keys = ["models", "pair", "objective", "setting"]
+    grouped = table.groupby(keys, sort=False)
+    frame = grouped.agg(penalty=("penalty", "mean"), stitched_accuracy=("stitched_accuracy", "mean"),
+                        b_accuracy=("b_accuracy", "mean"), seeds=("seed", "nunique")).reset_index()
+    spread = grouped.penalty.std(ddof=1).fillna(0.0).reset_index(drop=True)
+    return frame.assign(penalty_spread=spread.to_numpy())
+
+
+def arms_figure(agg: pd.DataFrame):
+    """One panel per objective: for every layer pair, the standard and invariance-aware penalties of each
+    model pair side by side (bars, error bars = spread over seeds)."""
+    if not len(agg):
+        return None
+    objectives = list(dict.fromkeys(agg.objective))
+    pairs = list(dict.fromkeys(agg.pair))
+    series = list(dict.fromkeys(zip(agg.models, agg.setting, strict=True)))
+    from matplotlib.figure import Figure
+
+    ncols = min(len(objectives), 2)
+    nrows = -(-len(objectives) // ncols)
+    fig = Figure(figsize=(5.2 * ncols, 3.4 * nrows + 0.4))
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    fig.subplots_adjust(hspace=0.55)
+    width = 0.8 / max(len(series), 1)
+    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+    for k, objective in enumerate(objectives):
+        ax = axes[k // ncols][k % ncols]
+        part = agg[agg.objective == objective]
+        for i, (models, setting) in enumerate(series):
+            rows = part[(part.models == models) & (part.setting == setting)].set_index("pair").reindex(pairs)
+            ax.bar(np.arange(len(pairs)) + (i - (len(series) - 1) / 2) * width, 100 * rows.penalty.to_numpy(float),
+                   width, yerr=100 * rows.penalty_spread.to_numpy(float), capsize=2,
+                   color=colors[(i // 2) % len(colors)], alpha=1.0 if setting == "standard" else 0.5,
+                   hatch="" if setting == "standard" else "//", label=f"{models} ({setting})")
+        ax.axhline(0, color="k", lw=0.6)
+        ax.set_xticks(np.arange(len(pairs)), pairs, rotation=20, fontsize=7)
+        ax.set_title(objective, fontsize=9)
+        ax.set_ylabel("penalty (points)", fontsize=8)
+    for k in range(len(objectives), nrows * ncols):
+        axes[k // ncols][k % ncols].axis("off")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(labels), 4),
+               fontsize=7, frameon=False)
+    fig.suptitle("Standard vs invariance-aware stitching penalty per layer and objective "
+                 "(B's accuracy − stitched accuracy)", fontsize=9)
+    return img(fig, "standard and invariance-aware penalties side by side per layer and objective")
+
+
+def separation(agg: pd.DataFrame) -> tuple[str, dict[str, list[str]]] | None:
+    """(reference model pair, {other pair: the cells "layer pair objective" where its invariance-aware
+    penalty exceeds the reference's by ≥ SEPARATION and by more than twice the larger seed spread});
+    None without an IRI arm or with one model pair. The reference is the pair with the lowest mean
+    invariance-aware penalty."""
+    iri = agg[agg.setting == "iri"]
+    groups = list(dict.fromkeys(iri.models))
+    if len(groups) < 2:
+        return None
+    reference = min(groups, key=lambda g: float(iri[iri.models == g].penalty.mean()))
+    ref = iri[iri.models == reference].set_index(["pair", "objective"])
+    separated = {}
+    for group in groups:
+        if group == reference:
+            continue
+        other = iri[iri.models == group].set_index(["pair", "objective"]).reindex(ref.index)
+        gap = other.penalty - ref.penalty
+        bar = np.maximum(SEPARATION, 2 * np.maximum(other.penalty_spread, ref.penalty_spread))
+        separated[group] = [f"{pair} {objective}" for (pair, objective), ok in (gap >= bar).items() if ok]
+    return reference, separated
+
+
+def findings(summary: dict[str, Any], agg: pd.DataFrame) -> list[str]:
+    """Two or three sentences from the summary and the mean table: the penalties of both arms, which
+    model pairs the invariance-aware arm separates (several pairs) and the IRI quality."""
+    out = []
+    sep = separation(agg)
+    if sep is not None:
+        reference, separated = sep
+        cells = len(agg[(agg.setting == "iri") & (agg.models == reference)])
+        hit = {g: c for g, c in separated.items() if c}
+        if hit:
+            parts = [f"{g} at {len(c)} of {cells} layer × objective cells ({', '.join(c[:4])}"
+                     f"{', …' if len(c) > 4 else ''})" for g, c in hit.items()]
+            out.append(f"Invariance-aware stitching separates {'; '.join(parts)} from {reference}: its penalty "
+                       f"there is at least {SEPARATION * 100:.0f} points higher, beyond twice the seed spread.")
+        else:
+            out.append(f"Invariance-aware stitching separates none of the model pairs from {reference}: no "
+                       f"penalty is {SEPARATION * 100:.0f} points higher beyond twice the seed spread.")
+    for setting, name in (("standard", "standard"), ("iri", "invariance-aware")):
+        part = agg[agg.setting == setting]
+        if not len(part):
+            continue
+        means = part.groupby("models", sort=False).penalty.mean()
+        text = ", ".join(f"{g}: {100 * v:.1f}" for g, v in means.items())
+        out.append(f"Mean {name} stitching penalty over layers and objectives, in points: {text}.")
+    converged = summary.get("iri_converged_fraction")
+    if converged is not None and sep is None:
+        out.append(f"IRIs reached their tolerance on at least {converged:.1%} of inputs at every layer of A.")
+    return out[:3]
+
+
+def cautions(summary: dict[str, Any]) -> list[str]:
+    """The run's warnings (a model at chance, IRIs that missed the tolerance), as the summary has them."""
+    return [str(w) for w in summary.get("warnings") or []]
 
 
 def _histogram(histograms: dict[str, dict[str, list[float]]], tol: float | None):
@@ -123,7 +249,10 @@ def _limits(ex: dict[str, Any]) -> tuple[float, float]:
 def context(result) -> dict[str, Any]:
     table = result.tables.get("stitching", pd.DataFrame())
     meta, extra = result.meta, result.extra
-    frames = penalty_frames(table)
+    grouped = _with_groups(table, meta) if len(table) else table
+    agg = aggregate(grouped) if len(table) else pd.DataFrame()
+    single = not len(table) or grouped.models.nunique() == 1
+    frames = penalty_frames(table) if single else {}
     iri_meta = meta.get("iri") or {}
     settings_rows = [("model A (front)", meta.get("model_a")), ("model B (back)", meta.get("model_b")),
                      ("data", meta.get("data")), ("train / test samples", f"{meta.get('n_train')} / {meta.get('n_test')}"),
@@ -133,11 +262,16 @@ def context(result) -> dict[str, Any]:
                      ("input value range", f"{meta.get('value_range')} ({meta.get('value_range_source')})"),
                      ("how B was cut", meta.get("cut")), ("seed", meta.get("seed"))]
     summary = result.summary
-    headline = [(key, summary[key]) for key in summary]
+    headline = [(key, value) for key, value in summary.items() if key != "warnings"]
     return {
+        "findings": findings(summary, agg) if len(agg) else [],
+        "cautions": cautions(summary),
+        "arms_figure": arms_figure(agg) if len(agg) else None,
+        "mean_rows": agg.to_dict("records") if len(agg) else [],
+        "multi_seed": bool(len(agg)) and int(agg.seeds.max()) > 1,
         "headline": headline,
         "heatmaps": _heatmaps(frames),
-        "depth_plot": _depth_plot(table),
+        "depth_plot": _depth_plot(table) if single else None,
         "rows": table.to_dict("records"),
         "iri_table": result.tables["iris"].to_dict("records") if "iris" in result.tables else [],
         "iri_histogram": _histogram(extra.get("iri_histograms", {}), iri_meta.get("tol")),

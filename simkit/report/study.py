@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simkit.report.compare import colour_range, summary_rows
+from simkit.report.compare import cautions, colour_range, lead_metric, null_band, summary_rows
 from simkit.report.figures import heatmap_svg, html_table
 
 _SUMMARY_LABELS = {"models": "models", "metric": "metric", "metrics": "metrics", "pairing": "layer pairing",
@@ -30,15 +30,44 @@ def null_p95(table: pd.DataFrame, metric: str, like: pd.DataFrame) -> pd.DataFra
         index=like.index, columns=like.columns)
 
 
+def off_diagonal(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (M, M) with each model's similarity to itself blanked (NaN)."""
+    values = frame.to_numpy(dtype=float, na_value=np.nan).copy()
+    np.fill_diagonal(values, np.nan)
+    return pd.DataFrame(values, index=frame.index, columns=frame.columns)
+
+
+def findings(summary: dict[str, Any], matrices: dict[str, pd.DataFrame], band: list[dict]) -> list[str]:
+    """Two or three sentences: the most and least similar pair of models, the off-diagonal mean, the null."""
+    if not matrices:
+        return []
+    metric = lead_metric(list(matrices))
+    frame = off_diagonal(matrices[metric])
+    values = frame.to_numpy(dtype=float)
+    if not np.isfinite(values).any():
+        return [f"No {metric} value between two different models is defined (NaN)."]
+    high, low = np.unravel_index(np.nanargmax(values), values.shape), np.unravel_index(np.nanargmin(values), values.shape)
+    name = lambda ij: f"{frame.index[ij[0]]} and {frame.columns[ij[1]]} ({values[ij]:.3f})"  # noqa: E731
+    out = [f"{metric} between {len(frame)} models ({summary.get('pairing', '?')} layers, {summary.get('data', '?')}, "
+           f"n = {summary.get('n', '?')}, {summary.get('mode', '?')} mode): the most similar pair is {name(high)}, "
+           f"the least similar {name(low)}.",
+           f"Between different models the mean is {float(np.nanmean(values)):.3f}."]
+    row = next((r for r in band if r["metric"] == metric), None)
+    if row is not None and row["above"] is not None:
+        out.append(f"{row['above']} of {row['pairs']} model pairs (each model with itself included) exceed "
+                   "their permutation null's 95th percentile.")
+    return out
+
+
 def context(result) -> dict[str, Any]:
     """Everything ``study.html.j2`` shows, prepared from ``result`` (a StudyResult)."""
     table = result.tables["study"]
     summary = result.summary
     metrics = list(summary.get("metrics") or ([summary["metric"]] if summary.get("metric")
                                               else pd.unique(table["metric"])))
-    heatmaps = []
+    heatmaps, matrices = [], {}
     for metric in metrics:
-        frame = result.matrix(metric)
+        frame = matrices[metric] = result.matrix(metric)
         vmin, vmax = colour_range(metric, frame.to_numpy(dtype=float, na_value=np.nan))
         heatmaps.append({"metric": metric, "svg": heatmap_svg(
             frame, title=metric, vmin=vmin, vmax=vmax, null=null_p95(table, metric, frame),
@@ -46,7 +75,10 @@ def context(result) -> dict[str, Any]:
     models = result.tables.get("models")
     columns = [c for c in ("model_a", "model_b", "layer_a", "layer_b", "metric", "value") if c in table.columns]
     columns += [c for c in table.columns if c not in columns]
+    band = null_band(table, metrics)
     return {
+        "findings": findings(summary, matrices, band),
+        "cautions": cautions(summary, result.meta, {m: off_diagonal(f) for m, f in matrices.items()}, band, table),
         "summary_rows": summary_rows(summary, _SUMMARY_LABELS),
         "models": list(summary.get("models", [])),
         "heatmaps": heatmaps,

@@ -4,8 +4,16 @@ x′ minimises the relative error r(x′) = ‖a(x′) − a(x)‖ / ‖a(x)‖ 
 activation at the stitch layer), starting from a seed: another training input (default) or uniform
 noise over the data range. Two update rules:
 
-* ``sgd`` (the spec's): x ← clamp(x − step_size · ∇r, lo, hi), step_size 0.5 by default;
-* ``adam``: Adam on x with learning rate ``lr`` (in data units), then the same clamp.
+* ``adam`` (the default): Adam on x with learning rate ``lr`` (0.1, in data units), then a clamp to the
+  data range; it reaches the tolerance on most inputs within a few dozen steps where
+* ``sgd`` (the spec's): x ← clamp(x − step_size · ∇r, lo, hi), step_size 0.5, often stalls far above
+  it at deep layers (0.8 % of inputs reached it at the deepest ``cnn2d`` block in 1000 steps).
+
+Some inputs stall in a local minimum whatever the step rule (dead ReLUs, max-pool switches: 5–20 % at
+the pooled layers of a small digits CNN). Each sample still above the tolerance after ``steps`` updates
+is restarted, up to ``restarts`` times, from a fresh seed (another random training input, or new
+noise), and its best iterate over all attempts is kept (3 restarts took the fraction that reached
+the tolerance from 82 % to 98 % there).
 
 Samples are optimised in batches; each stops once r ≤ tol (its best iterate is kept and no longer
 updated) and the batch stops when all have. Each sample's best iterate over the run is returned with
@@ -32,29 +40,33 @@ from simkit.seeding import generator as seeded_generator
 
 SEEDS = ("data", "noise")
 OPTIMIZERS = ("sgd", "adam")
+ALGORITHM = 2  # part of the cache key: bump when the optimisation changes
 
 
 @dataclass
 class IRISettings:
     """How IRIs are made. steps: max updates per batch; tol: relative-error target; seed: 'data' (another
-    training input) or 'noise' (uniform over the data range); optimizer: 'sgd' (spec step) or 'adam';
-    step_size: sgd step; lr: adam learning rate; batch_size: samples optimised together."""
+    training input) or 'noise' (uniform over the data range); optimizer: 'adam' or 'sgd' (spec step);
+    step_size: sgd step; lr: adam learning rate; batch_size: samples optimised together; restarts:
+    new seeds for samples still above ``tol`` after ``steps`` updates."""
 
-    steps: int = 1000
+    steps: int = 300
     tol: float = 0.05
     seed: str = "data"
-    optimizer: str = "sgd"
+    optimizer: str = "adam"
     step_size: float = 0.5
-    lr: float = 0.05
+    lr: float = 0.1
     batch_size: int = 256
+    restarts: int = 3
 
     def validate(self) -> None:
         if self.seed not in SEEDS:
             raise SimkitError(f"unknown IRI seed {self.seed!r}; use 'data' (another training input) or 'noise'")
         if self.optimizer not in OPTIMIZERS:
             raise SimkitError(f"unknown IRI optimizer {self.optimizer!r}; use 'sgd' or 'adam'")
-        if self.steps < 0 or self.batch_size < 1:
-            raise SimkitError(f"IRI steps must be >= 0 and batch size >= 1, got {self.steps}, {self.batch_size}")
+        if self.steps < 0 or self.batch_size < 1 or self.restarts < 0:
+            raise SimkitError(f"IRI steps and restarts must be >= 0 and batch size >= 1, got {self.steps}, "
+                              f"{self.restarts}, {self.batch_size}")
         if not self.tol >= 0:
             raise SimkitError(f"IRI tolerance must be >= 0, got {self.tol}")
 
@@ -136,6 +148,36 @@ def optimise_batch(front: nn.Module, x: Tensor, start: Tensor, settings: IRISett
     return best.cpu(), best_err.cpu(), best_step.cpu()
 
 
+def _restart(front: nn.Module, x: Tensor, start: int, stop: int, state: tuple[Tensor, Tensor, Tensor, Tensor],
+             settings: IRISettings, value_range: tuple[float, float], seed: int) -> None:
+    """Restart the samples of batch ``x[start:stop]`` still above the tolerance from fresh seeds, up to
+    ``settings.restarts`` times, updating ``state = (iris, rel_error, steps, seed_index)`` (batch-sized)
+    in place where an attempt does better. Each attempt's seeds come from a generator keyed by the batch
+    and the attempt, so a resumed run makes the same IRIs."""
+    best, err, used, used_seeds = state
+    lo, hi = value_range
+    n = len(x)
+    for attempt in range(1, settings.restarts + 1):
+        missed = (err > settings.tol).nonzero().squeeze(1)
+        if not len(missed):
+            return
+        gen = seeded_generator(seed, "iri-restart", start, attempt)
+        if settings.seed == "data":  # another random training input, never the input itself
+            own = start + missed
+            picked = torch.randint(0, n - 1, (len(missed),), generator=gen)
+            picked = picked + (picked >= own).long()
+            begin = x[picked]
+        else:
+            picked = torch.full((len(missed),), -1, dtype=torch.long)
+            begin = lo + (hi - lo) * torch.rand((len(missed), *x.shape[1:]), generator=gen, dtype=x.dtype)
+        b2, e2, u2 = optimise_batch(front, x[start:stop][missed], begin, settings, value_range)
+        better = e2 < err[missed]
+        chosen = missed[better]
+        best[chosen], err[chosen] = b2[better], e2[better]
+        used[chosen] = u2[better] + attempt * settings.steps
+        used_seeds[chosen] = picked[better]
+
+
 def fingerprint(model: nn.Module) -> str:
     """sha256 of the model's state dict (names, dtypes, shapes and bytes)."""
     digest = hashlib.sha256()
@@ -157,6 +199,7 @@ def cache_key(model_fingerprint: str, layer: str, data_key: str, settings: IRISe
               value_range: tuple[float, float]) -> str:
     """The cache key: sha256 of model weights, layer, data, settings, seed and value range."""
     blob = json.dumps({"model": model_fingerprint, "layer": layer, "data": data_key, "seed": seed,
+                       "algorithm": ALGORITHM,
                        "range": list(value_range), "settings": asdict(settings)}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
@@ -213,6 +256,8 @@ def generate_iris(front: nn.Module, x: Tensor, settings: IRISettings, *, value_r
         saved = _load(partial)
         done = int(saved["done"])
         iris[:done], errors[:done], steps[:done] = saved["iris"][:done], saved["rel_error"][:done], saved["steps"][:done]
+        if "seed_index" in saved:
+            seeds[:done] = saved["seed_index"][:done]
     bar = progress_bar(progress)
     with bar:
         task = bar.add_task(description, total=n, completed=done)
@@ -220,11 +265,14 @@ def generate_iris(front: nn.Module, x: Tensor, settings: IRISettings, *, value_r
             stop = min(start + settings.batch_size, n)
             begin = x[seeds[start:stop]] if starts is None else starts[start:stop]
             best, err, used = optimise_batch(front, x[start:stop], begin, settings, value_range)
+            used_seeds = seeds[start:stop].clone()
+            _restart(front, x, start, stop, (best, err, used, used_seeds), settings, value_range, seed)
             iris[start:stop], errors[start:stop], steps[start:stop] = best, err, used
+            seeds[start:stop] = used_seeds
             done = stop
             if partial is not None and done < n:
                 _save(partial, {"iris": iris[:done], "rel_error": errors[:done], "steps": steps[:done],
-                                "done": torch.tensor(done)}, {})
+                                "seed_index": seeds[:done], "done": torch.tensor(done)}, {})
             bar.update(task, completed=done)
     result = IRISet(iris, errors, steps, seeds, settings.tol)
     if path is None or key_parts is None:

@@ -9,6 +9,7 @@ converted features first; its score is the reported linear-probe score. Then eve
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -74,8 +75,12 @@ def score(model: nn.Module, task: Task, inputs: Inputs, target: Tensor, batch_si
         return task.evaluate(lambda x: run_model(model, x), inputs, target, batch_size)
 
 
-def train_task(model: nn.Module, task: Task, train: tuple[Inputs, Tensor], fit_fn: FitFn) -> TrainHistory:
-    """Train every parameter of ``model`` on the task loss (train mode during the run)."""
+def train_task(model: nn.Module, task: Task, train: tuple[Inputs, Tensor], fit_fn: FitFn,
+               monitor: Any = None) -> TrainHistory:
+    """Train every parameter of ``model`` on the task loss (train mode during the run).
+
+    monitor: a :class:`simkit.training.ValidationMonitor` passed to ``fit``; its best weights are
+    loaded at the end."""
     inputs, targets = train
     for p in model.parameters():
         p.requires_grad_(True)
@@ -85,15 +90,19 @@ def train_task(model: nn.Module, task: Task, train: tuple[Inputs, Tensor], fit_f
         return task.loss(logits_of(run_model(model, take(inputs, idx))), targets[idx])
 
     model.train()
-    history = fit_fn(model, loss_fn, (torch.arange(rows(inputs)),), list(model.parameters()))
+    history = fit_fn(model, loss_fn, (torch.arange(rows(inputs)),), list(model.parameters()),
+                     **({"monitor": monitor} if monitor is not None else {}))
     model.eval()
+    if monitor is not None:
+        monitor.restore_best(model)
     return history
 
 
 def distill(student: nn.Module, task: Task, inputs: Inputs, guide_logits: Tensor, fit_fn: FitFn,
-            temperature: float = 4.0) -> TrainHistory:
+            temperature: float = 4.0, monitor: Any = None) -> TrainHistory:
     """Logit distillation: T² · KL(softmax(guide/T) ‖ softmax(student/T)), no label term [ours: pure
-    logit distillation, as in the paper's baseline, so an untrained guide gets no help from labels]."""
+    logit distillation, as in the paper's baseline, so an untrained guide gets no help from labels].
+    monitor: as for :func:`train_task` (the validation score uses labels only to choose the epoch)."""
     for p in student.parameters():
         p.requires_grad_(True)
     t = float(temperature)
@@ -108,6 +117,9 @@ def distill(student: nn.Module, task: Task, inputs: Inputs, guide_logits: Tensor
                         reduction="batchmean", log_target=True) * t * t
 
     student.train()
-    history = fit_fn(student, loss_fn, (torch.arange(rows(inputs)),), list(student.parameters()))
+    history = fit_fn(student, loss_fn, (torch.arange(rows(inputs)),), list(student.parameters()),
+                     **({"monitor": monitor} if monitor is not None else {}))
     student.eval()
+    if monitor is not None:
+        monitor.restore_best(student)
     return history

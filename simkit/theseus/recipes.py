@@ -4,7 +4,21 @@
   flattened feature map (norms, activations and residual adds stay) [paper: "low-rank linear bridges"].
 - ``deep-to-shallow``: the guide's blocks (``blocks``, ``layers`` or ``features`` container) are cut
   into groups of ``group`` consecutive blocks; each group becomes one fresh block of the same design as
-  the group's first block [ours: the sources give no block design].
+  the group's first block [ours: the sources give no block design]. A group of residual blocks (each
+  with ``residual = True``, as ``simkit:cnn1d:residual=true`` after its first block and every
+  ``simkit:vit`` block) is aligned on output − input, the sum of its residual branches, for the
+  reason given under ``attention-to-rnn``; other groups on their output [ours].
+- ``attention-to-mlp``: every transformer block's attention module (the block's submodule called
+  ``attn``, ``attention`` or ``self_attn``) becomes a :class:`~simkit.models.vit.TokenMLP` applied to
+  each token alone, so nothing mixes tokens any more; everything else stays (patch embedding, norms,
+  the blocks' own MLPs, residual adds, head). The hidden width is that of the block's own MLP (its
+  first Linear outside the attention that reads the token width; 4·d without one). Aligned on the
+  attention module's output (its residual branch) [ours]. Readout: without token mixing the class
+  token never sees the patches, so a class-token :class:`~simkit.models.vit.Readout` (``simkit:vit``)
+  becomes the mean of the patch tokens (the Patch-MLP readout), keeping the guide's final LayerNorm
+  weights, and is aligned to the guide's class-token feature (b, d). This is part of the target
+  architecture: the scratch baseline reads out the same way. A guide with a class token but no such
+  Readout is refused (its readout would read a constant).
 - ``attention-to-rnn``: every transformer block of a causal LM (the ``blocks`` container) becomes a
   :class:`RecurrentBlock` (GRU by default) with the block's residual; aligned on the residual branch
   (block output − block input) [ours].
@@ -14,17 +28,20 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 from pathlib import Path
 
 from torch import nn
 
 from simkit.errors import SimkitError, unknown_name_error
+from simkit.models.vit import Readout, TokenMLP
 from simkit.seeding import derive_seed
 from simkit.theseus.modules import LowRankLinear, RecurrentBlock, fresh_copy
 from simkit.theseus.plans import Replacement, ReplacementPlan, Slot
 
-RECIPES = ("conv-to-mlp", "deep-to-shallow", "attention-to-rnn")
+RECIPES = ("conv-to-mlp", "deep-to-shallow", "attention-to-rnn", "attention-to-mlp")
+ATTENTION_NAMES = ("attn", "attention", "self_attn")
 BLOCK_CONTAINERS = ("blocks", "layers", "features", "model.layers")
 
 
@@ -76,7 +93,13 @@ def deep_to_shallow(guide: nn.Module, group: int = 2, seed: int = 0) -> Replacem
         # a seed of its own: a zoo guide built from `seed` would otherwise get its own first block back
         return fresh_copy(slot.guide_modules[0], derive_seed(seed, "deep-to-shallow", names.index(slot.site)))
 
-    return ReplacementPlan([Replacement(g, factory) for g in groups],
+    modules = dict(guide.named_modules())
+
+    def align(names: tuple[str, ...]) -> str:
+        residual = all(getattr(modules[n], "residual", False) is True for n in names)
+        return "delta" if residual else "output"
+
+    return ReplacementPlan([Replacement(g, factory, align=align(g)) for g in groups],
                            description=f"deep-to-shallow: {count} blocks → {len(groups)} target blocks "
                                        f"(groups of {group})")
 
@@ -96,6 +119,67 @@ def attention_to_rnn(guide: nn.Module, cell: str = "gru") -> ReplacementPlan:
     # residual stream, whose CKA with the guide's is near 1 before any training [ours]
     return ReplacementPlan([Replacement(f"{container}.{i}", factory, align="delta") for i in range(count)],
                            description=f"attention-to-rnn: {count} transformer blocks → {cell.upper()} layers")
+
+
+def attention_module(block: nn.Module) -> str | None:
+    """Name (inside ``block``) of its attention: the first submodule called attn, attention or self_attn."""
+    for name, _ in block.named_modules():
+        if name and name.rsplit(".", 1)[-1] in ATTENTION_NAMES:
+            return name
+    return None
+
+
+def mlp_width(block: nn.Module, attention: str, d: int) -> int:
+    """Hidden width of ``block``'s own MLP: out_features of its first Linear outside ``attention`` that
+    reads width ``d``; 4·d when there is none."""
+    for name, module in block.named_modules():
+        inside = name == attention or name.startswith(attention + ".")
+        if not inside and isinstance(module, nn.Linear) and module.in_features == d:
+            return module.out_features
+    return 4 * d
+
+
+def attention_to_mlp(guide: nn.Module) -> ReplacementPlan:
+    """Every block's attention → TokenMLP(d, hidden) (no token mixing); a class-token Readout → the mean
+    of the patch tokens. Attention input/output (b, T, d); readout (b, T, d) → (b, d)."""
+    container = find_blocks(guide)
+    blocks = guide.get_submodule(container)
+    sites: dict[str, tuple[nn.Module, str]] = {}  # attention module name → (its block, name inside it)
+    for i, block in enumerate(blocks.children()):
+        inner = attention_module(block)
+        if inner is not None:
+            sites[f"{container}.{i}.{inner}"] = (block, inner)
+    if not sites:
+        raise SimkitError(f"recipe attention-to-mlp found no attention module (a submodule called "
+                          f"{', '.join(ATTENTION_NAMES)}) in the blocks of {container!r}; pick another "
+                          "`recipe` or pass a `plan`")
+
+    def mlp_factory(slot: Slot) -> nn.Module:
+        if len(slot.in_shape) != 2 or slot.in_shape != slot.out_shape:
+            raise SimkitError(f"attention-to-mlp expects attention inputs and outputs of shape (T, d), got "
+                              f"{slot.in_shape} → {slot.out_shape} at {slot.label!r}")
+        d = slot.in_shape[-1]
+        block, inner = sites[slot.site]
+        return TokenMLP(d, mlp_width(block, inner, d))
+
+    replacements = [Replacement(name, mlp_factory) for name in sites]
+    readouts = [name for name, m in guide.named_modules() if isinstance(m, Readout) and m.pool == "cls"]
+
+    def readout_factory(slot: Slot) -> nn.Module:
+        kept = slot.guide_modules[0]
+        if not isinstance(kept, Readout):
+            raise SimkitError(f"internal: {slot.label!r} is not a Readout")
+        return Readout(copy.deepcopy(kept.norm), pool="mean", prefix=kept.prefix)
+
+    replacements += [Replacement(name, readout_factory) for name in readouts]
+    has_cls = any(name.rsplit(".", 1)[-1] == "cls_token" for name, _ in guide.named_parameters())
+    if has_cls and not readouts and not any(isinstance(m, Readout) for m in guide.modules()):
+        raise SimkitError("attention-to-mlp: the guide has a class token but no simkit Readout to turn into "
+                          "a mean over the patch tokens; without attention its class token would carry no "
+                          "information. Pass a `plan` that also replaces the readout")
+    readout_text = f", {len(readouts)} class-token readout → patch-token mean" if readouts else ""
+    return ReplacementPlan(replacements, description=f"attention-to-mlp: {len(sites)} attention modules → "
+                                                     f"token-wise MLPs{readout_text}")
 
 
 def plan_file(spec: str) -> tuple[Path, str]:
@@ -131,4 +215,6 @@ def make_plan(recipe: str | None, guide: nn.Module, *, rank: int = 256, group: i
         return deep_to_shallow(guide, group, seed)
     if recipe == "attention-to-rnn":
         return attention_to_rnn(guide, cell)
+    if recipe == "attention-to-mlp":
+        return attention_to_mlp(guide)
     raise unknown_name_error("recipe", str(recipe), RECIPES, "or pass a `plan`")

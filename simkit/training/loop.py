@@ -169,7 +169,7 @@ def fit(model: nn.Module, loss_fn: Callable[[tuple[Tensor, ...]], Tensor], data:
         config: TrainConfig, *, params: Iterable[nn.Parameter] | None = None,
         optimizer: Optimizer | None = None, run_dir: str | Path | None = None, name: str = "train",
         resume: bool = False, graft_log: Any = None,
-        callback: Callable[[int, float], None] | None = None) -> TrainHistory:
+        callback: Callable[[int, float], None] | None = None, monitor: Any = None) -> TrainHistory:
     """Train: ``loss_fn(batch)`` with ``batch`` a tuple of rows of the tensors in ``data``.
 
     model: everything that is checkpointed (its ``state_dict``); fit does not change train/eval modes.
@@ -185,6 +185,10 @@ def fit(model: nn.Module, loss_fn: Callable[[tuple[Tensor, ...]], Tensor], data:
     resume: continue from ``checkpoints/<name>.pt`` when it exists (a fresh run otherwise).
     graft_log: a :class:`simkit.surgery.GraftLog` (or list of records) stored in the checkpoint.
     callback(step, loss): called after every step (and its checkpoint); gradients are still in ``.grad``.
+    monitor: a :class:`simkit.training.monitor.ValidationMonitor` (or any object with
+        ``after_step(step, model, optimizer, last) -> reason | None``, ``state_dict()``,
+        ``load_state_dict()``): called after every step; a reason stops the run (``stopped``); its
+        state is checkpointed and restored on resume. The caller restores the best weights afterwards.
     Returns the TrainHistory (losses and LRs per step, why it stopped).
     """
     config.validate()
@@ -210,7 +214,7 @@ def fit(model: nn.Module, loss_fn: Callable[[tuple[Tensor, ...]], Tensor], data:
                 "batch_in_epoch": step % per_epoch, "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(), "controller": controller.state_dict(),
                 "rng": rng_state(), "history": history.to_dict(), "config": config.to_dict(),
-                "graft_log": log}
+                "graft_log": log, "monitor": monitor.state_dict() if monitor is not None else None}
 
     def checkpoint(step: int, history: TrainHistory, finished: bool) -> None:
         if ckpt is not None and writer:
@@ -221,6 +225,10 @@ def fit(model: nn.Module, loss_fn: Callable[[tuple[Tensor, ...]], Tensor], data:
         saved = load_checkpoint(ckpt)
         _check_resumable(saved, config, ckpt)
         _restore(model, optimizer, controller, saved, ckpt)
+        if monitor is not None:
+            if saved.get("monitor") is None:
+                raise SimkitError(f"{ckpt} was made without a validation monitor; start over without `resume`")
+            monitor.load_state_dict(saved["monitor"])
         history, step = TrainHistory.from_dict(saved["history"]), int(saved["step"])
         if saved["finished"]:
             return history
@@ -243,6 +251,9 @@ def fit(model: nn.Module, loss_fn: Callable[[tuple[Tensor, ...]], Tensor], data:
                 controller.observe(loss, step)
                 controller.apply(optimizer, step)
                 history.stopped = controller.stop_reason(optimizer) or ""
+                if monitor is not None:
+                    reason = monitor.after_step(step, model, optimizer, last=step >= total)
+                    history.stopped = history.stopped or reason or ""
                 bar.update(task, completed=step, loss=f"{loss:.4g}")
                 if config.checkpoint_every and step % config.checkpoint_every == 0 and step < total:
                     checkpoint(step, history, finished=False)

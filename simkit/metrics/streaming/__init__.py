@@ -34,15 +34,15 @@ rule in :mod:`simkit.metrics._checks` (:func:`~simkit.metrics._checks.constant_c
   If a metric gets no batch at all, :meth:`compute` raises :class:`SimkitError`.
 * ``exact`` mode, ``linear_cka`` / ``unbiased_cka`` — path ``"features"``: feature-space sums streamed
   over batches, memory independent of ``n``. All layers of A are concatenated into one ``(b, P)``
-  matrix, all of B into ``(b, Q)``, and the cross-product ``XᵀY`` (P×Q) comes from ONE matmul per batch
-  in the activations' dtype, on batch-centred features (so every float32 product depends on its batch
-  alone), then moved in float64 to a fixed reference shift per column (the first batch's mean) and
-  added to float64 sums. HSIC is unchanged by a constant shift, and the shift removes the cancellation
+  matrix, all of B into ``(b, Q)``, and the cross-product ``XᵀY`` (P×Q) and its move in float64 to a
+  fixed reference shift per column (the first batch's mean, a rank-2 term) are added to the float64 sum
+  by ONE float64 matmul per batch ``[X̃ᵀ U] [Ỹ; V]`` on batch-centred features (so every product depends
+  on its batch alone, and the P×Q sum is read and written once per batch). HSIC is unchanged by a constant shift, and the shift removes the cancellation
   that large feature means would cause (the quartic terms lose ``(mean/std)⁴`` digits without it).
   With the per-layer self products, column sums, row-norm sums, ``Σ_r x_r‖y_r‖²`` and ``Σ‖x_r‖²‖y_r‖²``,
   the biased HSIC ``‖X_cᵀY_c‖²`` and the unbiased ``n(n−3)·HSIC_1`` (spec §0.2 feature-space form,
   expanded about the exact global mean) follow exactly at the end. Needs about
-  ``20·P·Q + 8·(Σp_i² + Σq_j²)`` bytes (:func:`feature_path_bytes`); when that exceeds
+  ``8·P·Q + 20·(Σp_i² + Σq_j²)`` bytes (:func:`feature_path_bytes`); when that exceeds
   ``memory_budget_bytes`` the metric falls back to path ``"stored-gram"``.
 * path ``"stored-gram"`` (exact ``rbf_cka``, exact CKA beyond the memory budget, and every exact CKA
   metric when a permutation null is asked for): the activations are stored (in their dtype, normally
@@ -103,7 +103,7 @@ which puts them back in global batch order. So, on every rank::
     for t in acc.state(): all_reduce(t)                                   # SUM
     if acc.needs_gather: acc.load_stored(all_gather_object(acc.stored_payload()), device)
 
-Every float32 product depends on its batch alone, so 1 and N processes agree to float64 rounding.
+Every product depends on its batch alone, so 1 and N processes agree to float64 rounding.
 :meth:`Accumulator.merge` combines two accumulators in one process the same way.
 """
 
@@ -120,7 +120,7 @@ from torch import Tensor
 from simkit.errors import SimkitError, unknown_name_error
 from simkit.metrics.settings import MeasureSettings, measure_settings
 from simkit.metrics.shape import SHAPE_MEASURES
-from simkit.metrics.streaming.common import KINDS, Names, Part, Values, check_batch
+from simkit.metrics.streaming.common import KINDS, Names, Part, PhaseProgress, Values, check_batch
 from simkit.metrics.streaming.features import FeaturePart, feature_path_bytes
 from simkit.metrics.streaming.folds import FoldPart, fold_path_bytes
 from simkit.metrics.streaming.minibatch import MinibatchPart
@@ -215,11 +215,14 @@ class Accumulator:
         self.rows += other.rows
         return self
 
-    def compute(self) -> Values:
-        """``{metric: {"value": (La, Lb)[, "null": (K, La, Lb), "null_mean", "null_p95"]}}`` in float64."""
+    def compute(self, progress: PhaseProgress | None = None) -> Values:
+        """``{metric: {"value": (La, Lb)[, "null": (K, La, Lb), "null_mean", "null_p95"]}}`` in float64.
+
+        ``progress(phase, advance, total)`` hears of the long steps of the stored paths (each neighbour
+        search, each permutation of a null); None: silent."""
         out: Values = {}
         for part in self.parts:
-            out.update(part.compute())
+            out.update(part.compute(progress) if isinstance(part, StoredPart) else part.compute())
         return {m: out[m] for m in self.metrics}
 
     def describe(self) -> dict[str, dict[str, Any]]:

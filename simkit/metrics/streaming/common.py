@@ -4,7 +4,7 @@ batch checks, the permutation-null draws, and small tensor helpers."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -15,6 +15,10 @@ from simkit.errors import SimkitError
 
 #: Gram kind of each CKA metric: biased centring (linear), U-centring (linear), biased centring (RBF).
 KINDS = {"linear_cka": "biased", "unbiased_cka": "unbiased", "rbf_cka": "rbf"}
+
+#: Progress of the work done after the last batch (neighbour searches, permutation nulls):
+#: ``report(phase, advance, total)`` — ``advance`` more units of ``phase``'s ``total`` are done.
+PhaseProgress = Callable[[str, int, int], None]
 
 #: ``compute()`` of a path: ``{metric: {"value": (La, Lb)[, "null", "null_mean", "null_p95"]}}``.
 Values = dict[str, dict[str, np.ndarray]]

@@ -1,7 +1,7 @@
 """Exact linear and unbiased CKA and the shape measures, path ``"features"``: feature-space sums
 streamed over batches.
 
-Memory is independent of ``n`` (about ``20·P·Q + 8·(Σp_i² + Σq_j²)`` bytes, :func:`feature_path_bytes`).
+Memory is independent of ``n`` (about ``8·P·Q + 20·(Σp_i² + Σq_j²)`` bytes, :func:`feature_path_bytes`).
 The sums are taken about a fixed reference shift per column (the first batch's mean) and can be
 re-referenced exactly (:meth:`FeaturePart.rebase`), so the sums of two accumulators fed disjoint
 batches add. At the end the HSIC terms come from the sums and go through :mod:`simkit.metrics.cka`:
@@ -30,19 +30,21 @@ from simkit.metrics.streaming.shapes import shape_notes, shape_settings, shape_v
 
 
 def feature_path_bytes(dims_a: Sequence[int], dims_b: Sequence[int], itemsize: int = 4) -> int:
-    """Peak bytes of the exact feature-space path: the float64 sums, one batch's product (in the
-    activations' dtype and in float64), one layer block at the end, and the small vectors."""
+    """Peak bytes of the exact feature-space path: the float64 sums (each batch's cross product is added to
+    them in place), one batch's self products (in the activations' dtype and in float64), one layer block
+    at the end, and the small vectors."""
     p, q = sum(dims_a), sum(dims_b)
-    return (16 + itemsize) * p * q + 8 * (sum(d * d for d in dims_a) + sum(d * d for d in dims_b)) \
+    return 8 * p * q + (16 + itemsize) * (sum(d * d for d in dims_a) + sum(d * d for d in dims_b)) \
         + 16 * max(dims_a) * q + 16 * (p + q) * (len(dims_a) + len(dims_b) + 2)
 
 
-def _shift_sums(s: dict[str, Tensor], c: Tensor, dx: Tensor, dy: Tensor, dims_a: list[int],
-                dims_b: list[int], seg_a: Tensor, seg_b: Tensor) -> tuple[Tensor, Tensor]:
+def _shift_sums(s: dict[str, Tensor], c: Tensor | tuple[Tensor, Tensor], dx: Tensor, dy: Tensor,
+                dims_a: list[int], dims_b: list[int], seg_a: Tensor, seg_b: Tensor) -> tuple[Tensor, Tensor]:
     """Re-reference the feature-path sums ``s`` (taken about shifts c_x, c_y) to ``c_x − dx, c_y − dy``.
 
-    In place on every entry of ``s`` except ``"cross"``; ``c`` (P, Q) is the float64 cross sum
-    ``Σ x' y'ᵀ`` (read only). Returns ``(U (P, 2), V (2, Q))``: the new cross sum is ``c + U @ V``.
+    In place on every entry of ``s`` except ``"cross"``; ``c`` is the float64 cross sum ``Σ x' y'ᵀ``
+    (P, Q, read only) or the two terms taken from it, ``(cy (P, Lb), cx (Q, La))`` (``Σ_r x'_r v_r``,
+    ``Σ_r y'_r u_r``), when the caller has them. Returns ``(U (P, 2), V (2, Q))``: the new cross sum is ``c + U @ V``.
     Exact algebra in float64 with x'' = x' + δ, y'' = y' + ε (u = x'·δ, v = y'·ε per layer).
     """
     la, lb = len(dims_a), len(dims_b)
@@ -50,16 +52,19 @@ def _shift_sums(s: dict[str, Tensor], c: Tensor, dx: Tensor, dy: Tensor, dims_a:
     dd_x, dd_y = segsum(dx * dx, seg_a, la, 0), segsum(dy * dy, seg_b, lb, 0)
     sx, sy, tx, ty = s["sx"].clone(), s["sy"].clone(), s["tx"].clone(), s["ty"].clone()
     su_x, su_y = segsum(sx * dx, seg_a, la, 0), segsum(sy * dy, seg_b, lb, 0)   # Σ_r u, Σ_r v
-    cy = torch.empty(len(dx), lb, dtype=torch.float64, device=dx.device)         # Σ_r x'_r v_r
-    start = 0
-    for j, w in enumerate(dims_b):
-        cy[:, j] = c[:, start:start + w] @ dy[start:start + w]
-        start += w
-    cx = torch.empty(len(dy), la, dtype=torch.float64, device=dx.device)         # Σ_r y'_r u_r
-    start = 0
-    for i, w in enumerate(dims_a):
-        cx[:, i] = c[start:start + w].T @ dx[start:start + w]
-        start += w
+    if isinstance(c, tuple):
+        cy, cx = c
+    else:
+        cy = torch.empty(len(dx), lb, dtype=torch.float64, device=dx.device)     # Σ_r x'_r v_r
+        start = 0
+        for j, w in enumerate(dims_b):
+            cy[:, j] = c[:, start:start + w] @ dy[start:start + w]
+            start += w
+        cx = torch.empty(len(dy), la, dtype=torch.float64, device=dx.device)     # Σ_r y'_r u_r
+        start = 0
+        for i, w in enumerate(dims_a):
+            cx[:, i] = c[start:start + w].T @ dx[start:start + w]
+            start += w
     quad = segsum(dx[:, None] * cy, seg_a, la, 0)                                 # Σ_r u v
     a_v = segsum(dy[:, None] * s["y_rx"], seg_b, lb, 0).T                         # Σ_r ‖x'‖² v
     u_b = segsum(dx[:, None] * s["x_ry"], seg_a, la, 0)                           # Σ_r u ‖y'‖²
@@ -133,23 +138,23 @@ class FeaturePart:
         self.dtype: torch.dtype | None = None
         self.needs_gather = False
 
-    def _side(self, acts: Sequence[Tensor], side: str, bs: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    def _side(self, acts: Sequence[Tensor], side: str, bs: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """Concatenate one model's layers, centre them on the batch mean, put this side's sums in ``bs``.
 
-        The batch's sums are taken about its own mean ``m``: the batch-centred ``x̃ = x − m`` (compute
-        dtype) feeds the float32 products, ``x̃`` in float64 the rest, so they depend on the batch alone.
-        Returns (x̃ (b, P) compute dtype, x̃ (b, P) float64, δ = m − c (P,) float64: the shift to apply).
+        The batch's sums are taken about its own mean ``m``: the centring ``x̃ = x − m`` and every product
+        of ``x̃`` run in float64 (exact for a constant column), so they depend on the batch alone and any
+        split of the data into batches gives the same sums up to float64 rounding, for float32 activations
+        too. Returns (x̃ (b, P) float64, δ = m − c (P,) float64: the shift to apply).
         """
         seg, dims = (self.seg_a, self.dims_a) if side == "x" else (self.seg_b, self.dims_b)
         dtype = torch.float64 if any(a.dtype == torch.float64 for a in acts) else torch.float32
-        x = torch.cat([a.detach().to(dtype) for a in acts], 1)
-        mean = x.mean(0, dtype=torch.float64).to(dtype)  # exact for a constant column
-        xt = x - mean
+        xd = torch.cat([a.detach().to(torch.float64) for a in acts], 1)
+        mean = xd.mean(0)
+        xd.sub_(mean)
         ref = self.shift[side]
         if ref is None:
             self.dtype = dtype
-            ref = self.shift[side] = mean.double()
-        xd = xt.double()
+            ref = self.shift[side] = mean.clone()
         bs["s" + side] = col = xd.sum(0)
         bad = torch.nonzero(~torch.isfinite(col)).flatten()[:1].tolist()  # one sum per column
         if bad:
@@ -159,14 +164,14 @@ class FeaturePart:
         bs[f"rr_{side}{side}"] = (rows * rows).sum(0)
         bs[f"{side}_r{side}"] = (xd * rows[:, seg]).sum(0)
         bs[f"_rows_{side}"] = rows
-        blocks = torch.empty(sum(d * d for d in dims), dtype=torch.float64, device=x.device)
+        blocks = torch.empty(sum(d * d for d in dims), dtype=torch.float64, device=xd.device)
         start = off = 0
-        for d in dims:  # per-layer self products, in the compute dtype
+        for d in dims:  # per-layer self products
             sl = slice(start, start + d)
-            blocks[off:off + d * d].view(d, d).copy_(xt[:, sl].T @ xt[:, sl])
+            torch.mm(xd[:, sl].T, xd[:, sl], out=blocks[off:off + d * d].view(d, d))
             start, off = start + d, off + d * d
         bs["self_" + side] = blocks
-        return xt, xd, mean.double() - ref
+        return xd, mean - ref
 
     def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int,
                offset: int = 0) -> None:
@@ -175,23 +180,39 @@ class FeaturePart:
         s.to(dev)
         self.seg_a, self.seg_b = self.seg_a.to(dev), self.seg_b.to(dev)
         bs: dict[str, Tensor] = {"n": torch.full((1,), float(b), dtype=torch.float64, device=dev)}
-        xt, xd, dx = self._side(acts_a, "x", bs)
-        yt, yd, dy = self._side(acts_b, "y", bs)
-        if xt.dtype != yt.dtype:
-            xt, yt = xd, yd
+        xd, dx = self._side(acts_a, "x", bs)
+        yd, dy = self._side(acts_b, "y", bs)
         rx, ry = bs.pop("_rows_x"), bs.pop("_rows_y")
         bs["rr_xy"] = rx.T @ ry
         bs["x_ry"] = xd.T @ ry
         bs["y_rx"] = yd.T @ rx
-        cross = (xt.T @ yt).double()  # the one big product, in the activations' dtype
-        shift = None
-        if bool((dx != 0).any() or (dy != 0).any()):  # move the batch's sums to the reference shifts
-            shift = _shift_sums(bs, cross, dx, dy, self.dims_a, self.dims_b, self.seg_a, self.seg_b)
+        shifted = bool((dx != 0).any() or (dy != 0).any())  # move the batch's sums to the reference shifts
+        terms = self._add_cross(xd, yd, bs, dx, dy, shifted)
+        if terms is not None:
+            _shift_sums(bs, terms, dx, dy, self.dims_a, self.dims_b, self.seg_a, self.seg_b)
         for key, value in bs.items():
             s[key].add_(value)
-        s["cross"].add_(cross)
-        if shift is not None:
-            s["cross"].addmm_(*shift)
+
+    def _add_cross(self, xd: Tensor, yd: Tensor, bs: dict[str, Tensor], dx: Tensor, dy: Tensor,
+                   shifted: bool) -> tuple[Tensor, Tensor] | None:
+        """Add the batch's cross product ``x̃ᵀỹ`` and, when ``shifted``, its move to the reference shifts
+        (``+ U V``, :func:`_shift_sums`) to the cross sum in ONE float64 product ``[x̃ᵀ U] [ỹ; V]`` of the
+        batch-centred features (``x̃``, ``ỹ`` ``(b, P)``, ``(b, Q)`` float64): the P×Q sum is read and written
+        once per batch, and every term depends on the batch alone. Returns the shift terms
+        ``(cy (P, Lb), cx (Q, La))`` (``Σ_r x̃_r v_r``, ``Σ_r ỹ_r u_r``, from the same float64 features), or
+        None when not ``shifted``."""
+        total = self.s["cross"]
+        if not shifted:
+            total.addmm_(xd.T, yd)
+            return None
+        b = float(bs["n"].item())
+        u = torch.stack([bs["sx"], dx], 1)                     # (P, 2), the batch's own column sums
+        v = torch.stack([dy, bs["sy"] + b * dy], 0)            # (2, Q)
+        total.addmm_(torch.cat([xd.T, u], 1), torch.cat([yd, v], 0))
+        seg_a, seg_b = self.seg_a, self.seg_b
+        v_rows = segsum(yd * dy, seg_b, len(self.dims_b), 1)   # (b, Lb): v_r = ỹ_r·ε per B layer
+        u_rows = segsum(xd * dx, seg_a, len(self.dims_a), 1)   # (b, La): u_r = x̃_r·δ per A layer
+        return xd.T @ v_rows, yd.T @ u_rows
 
     def shifts(self) -> list[Tensor]:
         """The reference shifts ``[(P,), (Q,)]`` float64 the sums are taken about (first batch's means)."""

@@ -183,6 +183,9 @@ class MinibatchPart:
             out[m] = {"mode": "minibatch", "path": "gram", "n": int(counts[0]), "batches": int(counts[1]),
                       "skipped_batches": int(skipped),
                       "hsic": "unbiased HSIC_1" if KINDS[m] == "unbiased" else "biased HSIC",
+                      "estimator": "Nguyen et al. minibatch CKA: per-batch unbiased HSIC_1 summed over batches"
+                      if KINDS[m] == "unbiased" else
+                      "per-batch biased HSIC summed over batches: its bias is set by the batch size, not n",
                       "kernel": "rbf" if m == "rbf_cka" else "linear", "null": self.null}
             if m == "rbf_cka":
                 out[m]["bandwidth"] = f"{self.rbf_factor} x per-batch median pairwise distance"

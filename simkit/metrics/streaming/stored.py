@@ -36,6 +36,7 @@ from simkit.metrics.shape import SHAPE_MEASURES, rank_rtol, spectrum_from_sample
 from simkit.metrics.streaming.common import (
     KINDS,
     Names,
+    PhaseProgress,
     Values,
     compute_dtype,
     draw_perms,
@@ -52,6 +53,10 @@ KNN = ("mutual_knn", "jaccard_knn")
 #: What :meth:`StoredPart.payload` hands over: global batch indices, and per stored batch the A and B
 #: activations (one CPU tensor per layer).
 StoredPayload = tuple[list[int], list[list[Tensor]], list[list[Tensor]]]
+
+def _silent(phase: str, advance: int, total: int) -> None:
+    """The progress report of a call that asked for none."""
+
 
 class GramRows:
     """Rows of one layer's centred (``biased``), U-centred (``unbiased``) or centred RBF Gram, on demand.
@@ -112,6 +117,7 @@ class StoredPart:
         self.indices: list[int] = []  # global batch index of every stored chunk (order of the data)
         self.n = 0
         self.needs_gather = True
+        self.report: PhaseProgress = _silent
 
     def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int,
                offset: int = 0) -> None:
@@ -159,7 +165,10 @@ class StoredPart:
         xb = [torch.cat([self.chunks_b[k][j] for k in order]) for j in range(len(self.dims_b))]
         return xa, xb
 
-    def compute(self) -> Values:
+    def compute(self, progress: PhaseProgress | None = None) -> Values:
+        """Every metric of this part; ``progress(phase, advance, total)`` hears of the neighbour searches
+        and of every permutation of a null (None: silent)."""
+        self.report = progress or _silent
         n = self.n
         if n == 0:
             raise SimkitError("no samples were given to the accumulator; check `data` and `n`")
@@ -224,6 +233,8 @@ class StoredPart:
             for k, pk in enumerate(draws):  # B's Gram with samples permuted: L[π, π], rows idx
                 rows_bk = torch.stack([g.rows(pk[idx])[:, pk] for g in gb]).reshape(lb, -1)
                 null[k].addmm_(rows_a, rows_bk.T)
+            if self.null:
+                self.report(f"{m} null ({self.null} permutations, Gram rows)", len(idx), n)
         ratio_a, ratio_b = self_a[:, None], self_b[None, :]
         result: dict[str, Any] = {
             "value": mask_constant(cka_ratio(cross, ratio_a, ratio_b, warn=False), const_a, const_b)}
@@ -246,13 +257,15 @@ class StoredPart:
         dev = xa[0].device
         rows = torch.arange(n, device=dev)[:, None]
 
+        la, lb = len(xa), len(xb)
+        searched = f"neighbour search ({n} samples, {la + lb} layers)"
+
         def neighbours(x: Tensor) -> Tensor:
             x = x.to(compute_dtype(x))
-            return knn_indices(clamp_normalize(x), k)
+            return knn_indices(clamp_normalize(x), k, progress=lambda rows: self.report(searched, rows, (la + lb) * n))
 
         codes_a = torch.stack([(rows * n + neighbours(x)).flatten() for x in xa])  # (La, n·k)
         idx_b = [neighbours(x) for x in xb]
-        la, lb = len(xa), len(xb)
         layer_off = torch.arange(la, device=dev)[:, None] * (n * n)
         keys_a = (codes_a + layer_off).flatten()
 
@@ -275,6 +288,7 @@ class StoredPart:
                 inv[pk] = torch.arange(n, device=dev)
                 for j, nb in enumerate(idx_b):
                     null[0, t, :, j], null[1, t, :, j] = overlap(inv[nb[pk]])
+                self.report(f"k-NN null ({self.null} permutations)", 1, self.null)
             for pos, m in enumerate(KNN):
                 out[m].update(null_summary(mask_constant(null[pos], const_a, const_b)))
         return out
@@ -307,7 +321,11 @@ class StoredPart:
         values = run(None, True)
         out: dict[str, dict[str, Any]] = {m: {"value": values[m]} for m in measures}
         if self.null and perms is not None:
-            draws = [run(pk, False) for pk in perms]
+            phase = f"{', '.join(measures)} null ({self.null} permutations)"
+            draws = []
+            for pk in perms:
+                draws.append(run(pk, False))
+                self.report(phase, 1, self.null)
             for m in measures:
                 out[m].update(null_summary(torch.stack([d[m] for d in draws])))
         return out
@@ -334,7 +352,11 @@ class StoredPart:
 
         result: dict[str, Any] = {"value": mask_constant(run(xb), const_a, const_b)}
         if self.null and perms is not None:
-            null = torch.stack([run([y[pk] for y in xb]) for pk in perms])
+            draws = []
+            for pk in perms:
+                draws.append(run([y[pk] for y in xb]))
+                self.report(f"ridge_r2 null ({self.null} permutations)", 1, self.null)
+            null = torch.stack(draws)
             result.update(null_summary(mask_constant(null, const_a, const_b)))
         return result
 
@@ -372,12 +394,14 @@ class StoredPart:
             for j, b in enumerate(ready["b"]):
                 if b is None:
                     null[:, :, j] = float("nan")
+                    self.report(f"rsa null ({self.null} permutations)", self.null, self.null * lb)
                     continue
                 full = torch.zeros(n, n, dtype=torch.float64, device=dev)
                 full[iu[0], iu[1]] = b
                 full = full + full.T
                 for t, pk in enumerate(perms):  # B's RDM with samples permuted: entries (π(i), π(j)), i < j
                     null[t, :, j] = compare(ready["a"], [full[pk[iu[0]], pk[iu[1]]]])[:, 0]
+                    self.report(f"rsa null ({self.null} permutations)", 1, self.null * lb)
             result.update(null_summary(mask_constant(null, const_a, const_b)))
         return result
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperOption
+from typer.core import TyperArgument, TyperOption
 
 from simkit.errors import SimkitError
 from simkit.rundir import check_run_path, discard_unused_runs, forget_runs
@@ -26,14 +26,24 @@ app = typer.Typer(
 
 
 def _flag_type(self: Any, ctx: Any) -> str | None:
-    """Help shows no ``<bool>`` type beside an on/off flag (``--trust``, ``--no-report``, ``--help``)."""
+    """Help shows no ``<bool>`` type beside an on/off flag (``--trust``, ``--no-report``, ``--help``), and
+    ``A,B,...`` instead of ``<list[str]>`` beside a comma-list option."""
     if getattr(self, "is_flag", False) and self.metavar is None:
         return None
-    return _typer_type(self, ctx)
+    shown = _typer_type(self, ctx)
+    return "A,B,..." if shown is not None and "list[" in str(shown) else shown
+
+
+def _argument_type(self: Any, ctx: Any) -> str | None:
+    """Help shows ``SPEC ...`` instead of ``<list[str]>`` beside a variadic argument (``MODELS...``)."""
+    shown = _typer_argument_type(self, ctx)
+    return "SPEC ..." if shown is not None and "list[" in str(shown) else shown
 
 
 _typer_type = TyperOption.display_type_rich
 TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
+_typer_argument_type = TyperArgument.display_type_rich
+TyperArgument.display_type_rich = _argument_type  # type: ignore[method-assign]
 
 
 # library argument names that every command spells alike: → the option parameter that takes them

@@ -38,9 +38,9 @@ def convert_command(
         "--recipe", help="conv-to-mlp, deep-to-shallow, attention-to-rnn or attention-to-mlp (ignored with --plan).")] = "conv-to-mlp",
     data: DataOpt = "mnist1d",
     schedule: Annotated[list[str] | None, typer.Option(
-        "--schedule", help="progressive, sequential, independent, joint (comma list).")] = None,
+        "--schedule", help="progressive, sequential, independent, joint (comma list).", show_default="progressive")] = None,
     metric: Annotated[list[str] | None, typer.Option(
-        "--metric", help="Alignment loss: cka, unbiased_cka, dmnn (comma list).")] = None,
+        "--metric", help="Alignment loss: cka, unbiased_cka, dmnn (comma list).", show_default="cka")] = None,
     baselines: Annotated[str, typer.Option(
         "--baselines", help="Comma list of scratch, kd; 'none' for no baseline.")] = "scratch,kd",
     plan: Annotated[str | None, typer.Option(
@@ -66,7 +66,8 @@ def convert_command(
     batch_size: Annotated[int, typer.Option("--batch-size", help="Alignment batch size (CKA depends on it).")] = 256,
     lr: Annotated[float, typer.Option("--lr", help="AdamW learning rate (alignment and fine-tuning).")] = 1e-3,
     guide_init: Annotated[list[str] | None, typer.Option(
-        "--guide-init", help="trained (the guide as loaded/trained) or random (an untrained copy); comma list.")] = None,
+        "--guide-init", help="trained (the guide as loaded/trained) or random (an untrained copy); comma list.",
+        show_default="trained")] = None,
     train_guide: Annotated[float, typer.Option(
         "--train-guide", help="Train the guide on the task for this many epochs first (0 = use as is).")] = 0,
     plateau_window: Annotated[int, typer.Option(

@@ -36,9 +36,10 @@ def linearize_command(
     out: Annotated[Path, typer.Option("--out", help="Run directory to write (created if missing).")],
     data: Annotated[str, typer.Option("--data", help="Labelled data spec: mnist1d, digits, npy:PATH, ...")] = "mnist1d",
     granularity: Annotated[list[str] | None, typer.Option(
-        "--granularity", help="channel, layer or both (comma list).")] = None,
+        "--granularity", help="channel, layer or both (comma list).", show_default="channel, layer")] = None,
     omega: Annotated[list[str] | None, typer.Option(
-        "--omega", help="Penalty weights ω (comma list), e.g. 1e-4,1e-3,1e-2,1e-1.")] = None,
+        "--omega", help="Penalty weights ω (comma list).",
+        show_default="1e-4, 1e-3, 1e-2, 1e-1")] = None,
     epochs: Annotated[float, typer.Option("--epochs", help="Post-training epochs per run.")] = 5.0,
     train: Annotated[float, typer.Option("--train", help="Train MODEL for this many epochs first (demo).")] = 0.0,
     lr: Annotated[float, typer.Option("--lr", help="Learning rate of the weights.")] = 1e-3,

@@ -224,10 +224,11 @@ def test_new_measures_from_caches_and_in_a_study(tmp_path):
 
 @pytest.mark.parametrize("command", ["compare", "capture", "layers", "report", "convert", "stitch", "linearize",
                                      "graft", "napl"])
-def test_help_shows_no_type_beside_on_off_flags(command):
+def test_help_shows_no_type_beside_on_off_flags_and_no_python_type_beside_lists(command):
     result = invoke(command, "--help")
     assert result.exit_code == 0
     assert "<bool>" not in result.output and "BOOLEAN" not in result.output
+    assert "list[" not in result.output
 
 
 def test_help_shows_the_defaults_and_choices_that_change_results():

@@ -374,8 +374,8 @@ def cautions(summary: dict[str, Any], tables: dict[str, pd.DataFrame], meta: dic
     if not baselines.empty and not runs.empty and "seconds" in baselines.columns:
         base, arms = float(baselines["seconds"].sum()), float(runs["seconds"].sum())
         if base > arms:
-            out.append(f"The baselines cost more than the conversion: {base:.0f} s of training against "
-                       f"{arms:.0f} s for the converted arm(s) — each trains at least as many optimizer steps as "
+            out.append(f"The baselines cost more than the conversion: {base:.3g} s of training against "
+                       f"{arms:.3g} s for the converted arm(s) — each trains at least as many optimizer steps as "
                        "the longest conversion arm.")
     guide = summary.get(f"guide_{score}")
     if score == "accuracy" and guide is not None and summary.get("guide_init") == "trained" \

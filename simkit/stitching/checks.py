@@ -52,6 +52,6 @@ def run_warnings(accuracies: Mapping[str, float], labels: Tensor | None, converg
         if fraction < IRI_CONVERGED_TARGET:
             found.append(f"IRIs at A.{layer} reached the tolerance {tol:g} on only {fraction:.1%} of inputs "
                          f"(median relative error {medians[layer]:.3g}): the invariance-aware arm there is "
-                         "not trained on identically represented inputs; raise `iri_steps` or use "
-                         "`iri_optimizer` adam")
+                         "not trained on identically represented inputs; raise `iri_steps` or `iri_restarts` "
+                         "(or use `iri_optimizer` adam if sgd was chosen)")
     return found

@@ -542,7 +542,7 @@ def _layer_cka(converted: nn.Module, guide: nn.Module, slots: Sequence[Slot], in
     order = [n for n, _ in guide.named_modules()]
     names = sorted(set(names), key=order.index)
     result = compare(converted, guide, inputs, layers_a=names, layers_b=names, metrics=["linear_cka"],
-                     mode="minibatch", batch_size=batch_size, seed=seed, progress=False, device=device)
+                     mode="minibatch", batch_size=batch_size, null=0, seed=seed, progress=False, device=device)
     wide = result.matrix("linear_cka")
     frame = wide.stack(future_stack=True).reset_index()
     frame.columns = ["layer_converted", "layer_guide", "value"]

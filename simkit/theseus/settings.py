@@ -27,8 +27,8 @@ AUTO_STOP_LOSS = 0.002  # [ours] EMA of the stage loss below which an automatic 
 class ConvertSettings:
     """What a conversion does (see ``simkit.theseus.convert``).
 
-    recipe: conv-to-mlp | deep-to-shallow | attention-to-rnn (ignored when a plan is given; None with
-    a plan). schedule / metric / guide_init / rank: every combination is converted (one ``runs`` row
+    recipe: conv-to-mlp | deep-to-shallow | attention-to-rnn | attention-to-mlp (ignored when a plan is
+    given; None with a plan). schedule / metric / guide_init / rank: every combination is converted (one ``runs`` row
     each). baselines: scratch and/or kd (an empty list for none). plan: the ``FILE.py:FUNCTION`` text of
     a plan file, kept for the record (the plan itself is passed to ``convert`` as an object).
     rank (conv-to-mlp; an int or a list: a rank sweep), group (deep-to-shallow), cell

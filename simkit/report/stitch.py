@@ -48,7 +48,9 @@ def _heatmaps(frames: dict[str, pd.DataFrame]) -> list[dict[str, Any]]:
     values = [f.to_numpy(dtype=float) for f in frames.values()]
     finite = np.concatenate([v[np.isfinite(v)] for v in values]) if values else np.array([])
     lo = float(min(0.0, finite.min())) if finite.size else 0.0
-    hi = float(max(finite.max(), lo + 1e-9)) if finite.size else 1.0
+    # penalties are accuracy differences: the colour range spans at least one point, so all-zero tables
+    # get readable ticks
+    hi = float(max(finite.max(), lo + 0.01)) if finite.size else 1.0
     return [{"setting": setting,
              "svg": heatmap_svg(frame, title=f"Stitching penalty, {setting} stitching", vmin=lo, vmax=hi,
                                 cmap="magma_r")}

@@ -15,7 +15,9 @@ import base64
 import hashlib
 import io
 import math
+import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from markupsafe import Markup, escape
@@ -79,15 +81,32 @@ def meta_html(value) -> Markup:
     return Markup("<code>{}</code>").format(str(value))
 
 
+def _agg_canvas(fig) -> None:
+    """Give a figure made as a bare ``Figure(...)`` (no canvas of its own yet) the Agg canvas; a
+    figure that already has a canvas (Agg, or a user's pyplot backend) keeps it."""
+    from matplotlib.backend_bases import FigureCanvasBase
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    if type(fig.canvas) is FigureCanvasBase:
+        FigureCanvasAgg(fig)
+
+
+def _close(fig) -> None:
+    """Close ``fig`` in pyplot when pyplot manages it. Figures made by :func:`new_figure` never enter
+    pyplot; pyplot is not imported here (importing it picks a backend), only used when already loaded."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        pyplot.close(fig)
+
+
 def figure_to_data_uri(fig) -> str:
     """Save a matplotlib figure as an inline PNG data URI and close it."""
-    import matplotlib.pyplot as plt
-
     buffer = io.BytesIO()
     try:
+        _agg_canvas(fig)
         fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
     finally:
-        plt.close(fig)
+        _close(fig)
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
@@ -97,13 +116,17 @@ def img(fig, alt: str) -> Markup:
 
 
 def new_figure(width: float = 6.0, height: float = 4.0):
-    """A matplotlib figure on the non-interactive Agg canvas: ``fig, ax = new_figure()``."""
-    import matplotlib
+    """A matplotlib figure on its own Agg canvas: ``fig, ax = new_figure()``.
 
-    matplotlib.use("Agg", force=False)
+    The figure is a plain :class:`matplotlib.figure.Figure` with a ``FigureCanvasAgg``, never a pyplot
+    figure, so making reports leaves the user's backend (e.g. Jupyter's inline one) and pyplot's
+    figures alone.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
     return fig, fig.add_subplot(1, 1, 1)
 
 
@@ -256,6 +279,219 @@ def _text_px(text: str) -> float:
     return len(text) * _CHAR_PX
 
 
+@dataclass(frozen=True)
+class _HeatmapData:
+    """What a heatmap shows: values (R, C), full and shortened labels, null thresholds (R, C) or None,
+    the colour range [lo, hi] and the SVG's unique id."""
+
+    title: str
+    values: np.ndarray
+    rows: list[str]
+    cols: list[str]
+    short_rows: list[str]
+    short_cols: list[str]
+    xlabel: str
+    ylabel: str
+    thresholds: np.ndarray | None
+    lo: float
+    hi: float
+    cmap: str
+    fmt: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class _HeatmapLayout:
+    """Where everything goes, in px: cell size and font, the grid's top-left corner and size, the
+    column labels' height, the colour bar, the axis titles' centres and the picture's size."""
+
+    cell: float
+    font: int
+    pad: float
+    left: float
+    top: float
+    grid_w: float
+    grid_h: float
+    col_label_h: float
+    bar_x: float
+    bar_w: float
+    bar_h: float
+    xlabel_x: float
+    ylabel_y: float
+    width: float
+    height: float
+    ticks: list[float]
+    tick_labels: list[str]
+
+
+def _e(text) -> str:
+    """``text`` escaped for SVG markup, as a plain string."""
+    return str(escape(str(text)))
+
+
+def _heatmap_data(frame, title: str, vmin, vmax, cmap: str, fmt: str, null, xlabel: str | None,
+                  ylabel: str | None, max_label_chars: int) -> _HeatmapData:
+    """The values, labels, thresholds and colour range of ``heatmap_svg``'s arguments."""
+    values = frame.to_numpy(dtype=float, na_value=np.nan)
+    rows = [str(v) for v in frame.index]
+    cols = [str(v) for v in frame.columns]
+    thresholds = None
+    if null is not None:
+        thresholds = null.reindex(index=frame.index, columns=frame.columns).to_numpy(
+            dtype=float, na_value=np.nan)
+    lo, hi = _range(values, vmin, vmax)
+    digest = hashlib.sha1(repr((title, rows, cols)).encode() + values.tobytes()).hexdigest()[:10]
+    return _HeatmapData(
+        title=title, values=values, rows=rows, cols=cols,
+        short_rows=[shorten(r, max_label_chars) for r in rows], short_cols=[shorten(c, max_label_chars) for c in cols],
+        xlabel=str(frame.columns.name or "") if xlabel is None else xlabel,
+        ylabel=str(frame.index.name or "") if ylabel is None else ylabel,
+        thresholds=thresholds, lo=lo, hi=hi, cmap=cmap, fmt=fmt, uid=f"hm{digest}")
+
+
+def _heatmap_layout(hm: _HeatmapData) -> _HeatmapLayout:
+    """Cell size from the grid's shape; margins wide enough for the labels, the colour bar's tick
+    labels and the titles (which never run out of the picture)."""
+    n_rows, n_cols = hm.values.shape
+    cell = float(max(14, min(40, 760 // max(n_cols, 1), 600 // max(n_rows, 1))))
+    font = _FONT_PX if cell >= 16 else 10
+    row_label_px = max((_text_px(r) for r in hm.short_rows), default=0.0)
+    col_label_px = max((_text_px(c) for c in hm.short_cols), default=0.0)
+    pad = 8.0
+    ytitle_px = 18.0 if hm.ylabel else 0.0
+    # Column labels hang down-left at 45 degrees from under each column's centre.
+    overhang = max((_text_px(c) * _COS45 - (j + 0.5) * cell for j, c in enumerate(hm.short_cols)), default=0.0)
+    left = pad + ytitle_px + max(row_label_px + 6.0, overhang)
+    top = 30.0 if hm.title else pad
+    grid_w, grid_h = n_cols * cell, n_rows * cell
+    col_label_h = col_label_px * _COS45 + font + 8.0
+    xtitle_h = 20.0 if hm.xlabel else 0.0
+    bar_x, bar_w, bar_h = left + grid_w + 18.0, 14.0, max(grid_h, 120.0)
+    ticks, tick_labels = nice_ticks(hm.lo, hm.hi)
+    width = bar_x + bar_w + 6.0 + max(_text_px(t) for t in tick_labels) + pad
+    # titles never run out of the picture: bold text is ~10 % wider, the 13 px title ~20 % more
+    xlabel_px, ylabel_px = _text_px(hm.xlabel or "") * 1.1, _text_px(hm.ylabel or "") * 1.1
+    xlabel_x = max(left + grid_w / 2, pad + xlabel_px / 2)
+    width = max(width, xlabel_x + xlabel_px / 2 + pad, left + _text_px(hm.title) * 1.3 + pad)
+    height = max(top + grid_h + col_label_h + xtitle_h, top + bar_h + font, top + ylabel_px) + pad
+    return _HeatmapLayout(cell=cell, font=font, pad=pad, left=left, top=top, grid_w=grid_w, grid_h=grid_h,
+                          col_label_h=col_label_h, bar_x=bar_x, bar_w=bar_w, bar_h=bar_h, xlabel_x=xlabel_x,
+                          ylabel_y=top + max(grid_h, ylabel_px) / 2, width=width, height=height, ticks=ticks,
+                          tick_labels=tick_labels)
+
+
+def _svg_head(hm: _HeatmapData, lay: _HeatmapLayout) -> list[str]:
+    """The ``<svg>`` element's opening, its title, the NaN hatch and the colour scale (an 11-stop
+    gradient of ``cmap`` over [lo, hi]) as ``<defs>``, and the visible title."""
+    lo, hi = hm.lo, hm.hi
+    out = [f'<svg class="heatmap-svg" id="{hm.uid}" role="img" '
+           f'aria-label="{_e(hm.title)}" width="{lay.width:.0f}" height="{lay.height:.0f}" '
+           f'viewBox="0 0 {lay.width:.0f} {lay.height:.0f}" font-size="{lay.font}">',
+           f"<title>{_e(hm.title)}</title>",
+           f'<defs><pattern id="{hm.uid}-nan" width="6" height="6" patternUnits="userSpaceOnUse" '
+           'patternTransform="rotate(45)"><rect width="6" height="6" fill="#d9d9d9"/>'
+           '<line x1="0" y1="0" x2="0" y2="6" stroke="#8c8c8c" stroke-width="2"/></pattern>',
+           f'<linearGradient id="{hm.uid}-bar" x1="0" y1="1" x2="0" y2="0">']
+    for k in range(11):
+        colour = _hex(_colours(np.array([lo + (hi - lo) * k / 10]), lo, hi, hm.cmap)[0])
+        out.append(f'<stop offset="{k / 10:.1f}" stop-color="{colour}"/>')
+    out.append("</linearGradient></defs>")
+    if hm.title:
+        out.append(f'<text class="hm-title" x="{lay.left:.1f}" y="18" font-size="13" font-weight="600">'
+                   f"{_e(hm.title)}</text>")
+    return out
+
+
+def _cell(hm: _HeatmapData, cell: float, i: int, j: int, rgb: np.ndarray, fill: str, show_value: bool) -> str:
+    """Cell (i, j): its rect with a "row × column: value" tooltip, then a dot when the value is not
+    above its null threshold, else (when ``show_value`` and finite) the value printed on it."""
+    v = hm.values[i, j]
+    x, y = j * cell, i * cell
+    finite = math.isfinite(v)
+    fill = fill if finite else f"url(#{hm.uid}-nan)"
+    tip = f"{hm.rows[i]} × {hm.cols[j]}: {format(v, hm.fmt) if finite else 'NaN (undefined)'}"
+    below_null = False
+    if hm.thresholds is not None and finite and math.isfinite(hm.thresholds[i, j]):
+        below_null = v <= hm.thresholds[i, j]
+        tip += f" (null p95 {format(hm.thresholds[i, j], hm.fmt)}{': not above null' if below_null else ''})"
+    cls = "c" if finite else "c nan"
+    markup = (f'<rect class="{cls}" x="{x:.1f}" y="{y:.1f}" width="{cell:.1f}" height="{cell:.1f}" '
+              f'fill="{fill}"><title>{_e(tip)}</title></rect>')
+    if below_null:
+        markup += (f'<circle class="null-mark" cx="{x + cell / 2:.1f}" cy="{y + cell / 2:.1f}" '
+                   f'r="{max(1.5, cell * 0.1):.1f}" fill="{_ink(rgb)}" fill-opacity="0.75" '
+                   'pointer-events="none"/>')
+    elif show_value and finite:
+        markup += (f'<text x="{x + cell / 2:.1f}" y="{y + cell / 2 + 3.5:.1f}" text-anchor="middle" '
+                   f'font-size="9" fill="{_ink(rgb)}" pointer-events="none">{_e(format(v, hm.fmt))}</text>')
+    return markup
+
+
+def _cells(hm: _HeatmapData, lay: _HeatmapLayout) -> list[str]:
+    """The grid: every cell, row by row, each with its own tooltip, then the grid's frame."""
+    n_rows, n_cols = hm.values.shape
+    colours = _colours(hm.values.ravel(), hm.lo, hm.hi, hm.cmap).reshape(n_rows, n_cols, 3)
+    fills = [[_hex(rgb) for rgb in row] for row in colours.tolist()]
+    show_values = lay.cell >= 34 and _text_px(format(hm.hi, hm.fmt)) * 0.85 <= lay.cell - 4
+    out = [f'<g class="cells" transform="translate({lay.left:.1f},{lay.top:.1f})">']
+    out += [_cell(hm, lay.cell, i, j, colours[i, j], fills[i][j], show_values)
+            for i in range(n_rows) for j in range(n_cols)]
+    out.append(f'<rect x="0" y="0" width="{lay.grid_w:.1f}" height="{lay.grid_h:.1f}" fill="none" '
+               'stroke="#667085" stroke-width="0.6" pointer-events="none"/></g>')
+    return out
+
+
+def _axis_labels(hm: _HeatmapData, lay: _HeatmapLayout) -> list[str]:
+    """Row labels right-aligned against the grid, column labels rotated 45 degrees under it (each with
+    its full name as a tooltip), and the axis titles."""
+    cell, font, top = lay.cell, lay.font, lay.top
+    out = [f'<g class="row-labels" text-anchor="end" transform="translate({lay.left - 5:.1f},{top:.1f})">']
+    for i, (full, short) in enumerate(zip(hm.rows, hm.short_rows, strict=True)):
+        out.append(f'<text x="0" y="{i * cell + cell / 2 + font * 0.35:.1f}"><title>{_e(full)}</title>'
+                   f"{_e(short)}</text>")
+    out.append("</g>")
+    out.append(f'<g class="col-labels" text-anchor="end" '
+               f'transform="translate({lay.left:.1f},{top + lay.grid_h + 6:.1f})">')
+    for j, (full, short) in enumerate(zip(hm.cols, hm.short_cols, strict=True)):
+        cx = j * cell + cell / 2 + font * 0.3
+        out.append(f'<text transform="translate({cx:.1f},0) rotate(-45)" x="0" y="{font * 0.35:.1f}">'
+                   f"<title>{_e(full)}</title>{_e(short)}</text>")
+    out.append("</g>")
+    if hm.xlabel:
+        out.append(f'<text class="axis-title" x="{lay.xlabel_x:.1f}" y="{top + lay.grid_h + lay.col_label_h + 12:.1f}" '
+                   f'text-anchor="middle" font-weight="600">{_e(hm.xlabel)}</text>')
+    if hm.ylabel:
+        out.append(f'<text class="axis-title" transform="translate({lay.pad + 10:.1f},{lay.ylabel_y:.1f}) '
+                   f'rotate(-90)" text-anchor="middle" font-weight="600">{_e(hm.ylabel)}</text>')
+    return out
+
+
+def _colour_bar(hm: _HeatmapData, lay: _HeatmapLayout) -> list[str]:
+    """The colour bar (the gradient of :func:`_svg_head`) with its round ticks, closing the ``<svg>``."""
+    lo, hi, bar_w, bar_h = hm.lo, hm.hi, lay.bar_w, lay.bar_h
+    out = [f'<g class="colorbar" transform="translate({lay.bar_x:.1f},{lay.top:.1f})">',
+           f'<rect width="{bar_w:.0f}" height="{bar_h:.1f}" fill="url(#{hm.uid}-bar)" stroke="#667085" '
+           'stroke-width="0.6"/>']
+    for tick, label in zip(lay.ticks, lay.tick_labels, strict=True):
+        y = bar_h - bar_h * ((tick - lo) / (hi - lo) if hi > lo else 0.5)
+        out.append(f'<line x1="{bar_w:.0f}" x2="{bar_w + 3:.0f}" y1="{y:.1f}" y2="{y:.1f}" stroke="#667085"/>'
+                   f'<text x="{bar_w + 5:.0f}" y="{y + lay.font * 0.35:.1f}">{_e(label)}</text>')
+    out.append("</g></svg>")
+    return out
+
+
+def _legend(hm: _HeatmapData) -> str:
+    """The caption under the heatmap: what hatched cells and dots mean (empty when neither occurs)."""
+    legend = []
+    if np.isnan(hm.values).any():
+        legend.append("hatched grey: undefined (NaN)")
+    if hm.thresholds is not None:
+        marked = int(np.sum(hm.values <= hm.thresholds))  # NaN compares False on either side
+        legend.append(f"dot: value not above the permutation null's 95th percentile ({marked} of {hm.values.size} cells)"
+                      if marked else "every value is above the permutation null's 95th percentile")
+    return f'<p class="muted hm-legend">{_e("; ".join(legend))}</p>' if legend else ""
+
+
 def heatmap_svg(
     frame,
     *,
@@ -280,131 +516,7 @@ def heatmap_svg(
     Labels longer than ``max_label_chars`` are shortened in the middle; the full name is in a
     ``<title>``. Each cell's tooltip reads "row × column: value". Returns markup safe to embed.
     """
-    values = frame.to_numpy(dtype=float, na_value=np.nan)
-    rows = [str(v) for v in frame.index]
-    cols = [str(v) for v in frame.columns]
-    n_rows, n_cols = values.shape
-    xlabel = str(frame.columns.name or "") if xlabel is None else xlabel
-    ylabel = str(frame.index.name or "") if ylabel is None else ylabel
-    thresholds = None
-    if null is not None:
-        thresholds = null.reindex(index=frame.index, columns=frame.columns).to_numpy(
-            dtype=float, na_value=np.nan)
-    lo, hi = _range(values, vmin, vmax)
-
-    digest = hashlib.sha1(repr((title, rows, cols)).encode() + values.tobytes()).hexdigest()[:10]
-    uid = f"hm{digest}"
-
-    cell = float(max(14, min(40, 760 // max(n_cols, 1), 600 // max(n_rows, 1))))
-    font = _FONT_PX if cell >= 16 else 10
-    short_rows = [shorten(r, max_label_chars) for r in rows]
-    short_cols = [shorten(c, max_label_chars) for c in cols]
-    row_label_px = max((_text_px(r) for r in short_rows), default=0.0)
-    col_label_px = max((_text_px(c) for c in short_cols), default=0.0)
-    pad = 8.0
-    ytitle_px = 18.0 if ylabel else 0.0
-    # Column labels hang down-left at 45 degrees from under each column's centre.
-    overhang = max((_text_px(c) * _COS45 - (j + 0.5) * cell for j, c in enumerate(short_cols)), default=0.0)
-    left = pad + ytitle_px + max(row_label_px + 6.0, overhang)
-    top = 30.0 if title else pad
-    grid_w, grid_h = n_cols * cell, n_rows * cell
-    col_label_h = col_label_px * _COS45 + font + 8.0
-    xtitle_h = 20.0 if xlabel else 0.0
-    bar_x = left + grid_w + 18.0
-    bar_w = 14.0
-    bar_h = max(grid_h, 120.0)
-    ticks, tick_labels = nice_ticks(lo, hi)
-    width = bar_x + bar_w + 6.0 + max(_text_px(t) for t in tick_labels) + pad
-    # titles never run out of the picture: bold text is ~10 % wider, the 13 px title ~20 % more
-    xlabel_px, ylabel_px = _text_px(xlabel or "") * 1.1, _text_px(ylabel or "") * 1.1
-    xlabel_x = max(left + grid_w / 2, pad + xlabel_px / 2)
-    ylabel_y = top + max(grid_h, ylabel_px) / 2
-    width = max(width, xlabel_x + xlabel_px / 2 + pad, left + _text_px(title) * 1.3 + pad)
-    height = max(top + grid_h + col_label_h + xtitle_h, top + bar_h + font, top + ylabel_px) + pad
-
-    colours = _colours(values.ravel(), lo, hi, cmap).reshape(n_rows, n_cols, 3)
-    fills = [[_hex(rgb) for rgb in row] for row in colours.tolist()]
-    show_values = cell >= 34 and _text_px(format(hi, fmt)) * 0.85 <= cell - 4
-
-    def e(text) -> str:
-        return str(escape(str(text)))
-
-    out: list[str] = []
-    add = out.append
-    add(f'<svg class="heatmap-svg" id="{uid}" role="img" '
-        f'aria-label="{e(title)}" width="{width:.0f}" height="{height:.0f}" '
-        f'viewBox="0 0 {width:.0f} {height:.0f}" font-size="{font}">')
-    add(f"<title>{e(title)}</title>")
-    add(f'<defs><pattern id="{uid}-nan" width="6" height="6" patternUnits="userSpaceOnUse" '
-        'patternTransform="rotate(45)"><rect width="6" height="6" fill="#d9d9d9"/>'
-        '<line x1="0" y1="0" x2="0" y2="6" stroke="#8c8c8c" stroke-width="2"/></pattern>')
-    add(f'<linearGradient id="{uid}-bar" x1="0" y1="1" x2="0" y2="0">')
-    for k in range(11):
-        add(f'<stop offset="{k / 10:.1f}" stop-color="{_hex(_colours(np.array([lo + (hi - lo) * k / 10]), lo, hi, cmap)[0])}"/>')
-    add("</linearGradient></defs>")
-    if title:
-        add(f'<text class="hm-title" x="{left:.1f}" y="18" font-size="13" font-weight="600">{e(title)}</text>')
-
-    # Cells, row by row; each carries its own tooltip.
-    add(f'<g class="cells" transform="translate({left:.1f},{top:.1f})">')
-    for i in range(n_rows):
-        for j in range(n_cols):
-            v = values[i, j]
-            x, y = j * cell, i * cell
-            finite = math.isfinite(v)
-            fill = fills[i][j] if finite else f"url(#{uid}-nan)"
-            tip = f"{rows[i]} × {cols[j]}: {format(v, fmt) if finite else 'NaN (undefined)'}"
-            below_null = False
-            if thresholds is not None and finite and math.isfinite(thresholds[i, j]):
-                below_null = v <= thresholds[i, j]
-                tip += f" (null p95 {format(thresholds[i, j], fmt)}{': not above null' if below_null else ''})"
-            cls = "c" if finite else "c nan"
-            add(f'<rect class="{cls}" x="{x:.1f}" y="{y:.1f}" width="{cell:.1f}" height="{cell:.1f}" '
-                f'fill="{fill}"><title>{e(tip)}</title></rect>')
-            if below_null:
-                add(f'<circle class="null-mark" cx="{x + cell / 2:.1f}" cy="{y + cell / 2:.1f}" '
-                    f'r="{max(1.5, cell * 0.1):.1f}" fill="{_ink(colours[i, j])}" fill-opacity="0.75" '
-                    'pointer-events="none"/>')
-            elif show_values and finite:
-                add(f'<text x="{x + cell / 2:.1f}" y="{y + cell / 2 + 3.5:.1f}" text-anchor="middle" '
-                    f'font-size="9" fill="{_ink(colours[i, j])}" pointer-events="none">{e(format(v, fmt))}</text>')
-    add(f'<rect x="0" y="0" width="{grid_w:.1f}" height="{grid_h:.1f}" fill="none" stroke="#667085" '
-        'stroke-width="0.6" pointer-events="none"/></g>')
-
-    # Row labels, right-aligned against the grid.
-    add(f'<g class="row-labels" text-anchor="end" transform="translate({left - 5:.1f},{top:.1f})">')
-    for i, (full, short) in enumerate(zip(rows, short_rows, strict=True)):
-        add(f'<text x="0" y="{i * cell + cell / 2 + font * 0.35:.1f}"><title>{e(full)}</title>{e(short)}</text>')
-    add("</g>")
-    # Column labels, rotated 45 degrees under the grid.
-    add(f'<g class="col-labels" text-anchor="end" transform="translate({left:.1f},{top + grid_h + 6:.1f})">')
-    for j, (full, short) in enumerate(zip(cols, short_cols, strict=True)):
-        cx = j * cell + cell / 2 + font * 0.3
-        add(f'<text transform="translate({cx:.1f},0) rotate(-45)" x="0" y="{font * 0.35:.1f}">'
-            f"<title>{e(full)}</title>{e(short)}</text>")
-    add("</g>")
-    if xlabel:
-        add(f'<text class="axis-title" x="{xlabel_x:.1f}" y="{top + grid_h + col_label_h + 12:.1f}" '
-            f'text-anchor="middle" font-weight="600">{e(xlabel)}</text>')
-    if ylabel:
-        add(f'<text class="axis-title" transform="translate({pad + 10:.1f},{ylabel_y:.1f}) rotate(-90)" '
-            f'text-anchor="middle" font-weight="600">{e(ylabel)}</text>')
-
-    # Colour bar with five ticks.
-    add(f'<g class="colorbar" transform="translate({bar_x:.1f},{top:.1f})">')
-    add(f'<rect width="{bar_w:.0f}" height="{bar_h:.1f}" fill="url(#{uid}-bar)" stroke="#667085" stroke-width="0.6"/>')
-    for tick, label in zip(ticks, tick_labels, strict=True):
-        y = bar_h - bar_h * ((tick - lo) / (hi - lo) if hi > lo else 0.5)
-        add(f'<line x1="{bar_w:.0f}" x2="{bar_w + 3:.0f}" y1="{y:.1f}" y2="{y:.1f}" stroke="#667085"/>'
-            f'<text x="{bar_w + 5:.0f}" y="{y + font * 0.35:.1f}">{e(label)}</text>')
-    add("</g></svg>")
-
-    legend = []
-    if np.isnan(values).any():
-        legend.append("hatched grey: undefined (NaN)")
-    if thresholds is not None:
-        marked = int(np.sum(values <= thresholds))  # NaN compares False on either side
-        legend.append(f"dot: value not above the permutation null's 95th percentile ({marked} of {values.size} cells)"
-                      if marked else "every value is above the permutation null's 95th percentile")
-    caption = f'<p class="muted hm-legend">{e("; ".join(legend))}</p>' if legend else ""
-    return Markup(f'<div class="heatmap">{"".join(out)}{caption}</div>')
+    hm = _heatmap_data(frame, title, vmin, vmax, cmap, fmt, null, xlabel, ylabel, max_label_chars)
+    lay = _heatmap_layout(hm)
+    out = _svg_head(hm, lay) + _cells(hm, lay) + _axis_labels(hm, lay) + _colour_bar(hm, lay)
+    return Markup(f'<div class="heatmap">{"".join(out)}{_legend(hm)}</div>')

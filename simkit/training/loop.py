@@ -23,6 +23,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +166,142 @@ def _reduce_gradients(params: list[nn.Parameter], weight: float) -> None:
         p.grad = dist.all_reduce_sum(grad)
 
 
+@dataclass
+class _Run:
+    """The fixed parts of one :func:`fit` call: what is trained on what, for how many steps, under which
+    LR controller, and where (and whether: ``writer``, the main process) it checkpoints and logs."""
+
+    model: nn.Module
+    loss_fn: Callable[[tuple[Tensor, ...]], Tensor]
+    data: Sequence[Tensor]
+    config: TrainConfig
+    optimizer: Optimizer
+    trained: list[nn.Parameter]
+    device: torch.device
+    n: int
+    per_epoch: int
+    total: int
+    controller: LRController
+    run_dir: str | Path | None
+    name: str
+    ckpt: Path | None
+    writer: bool
+    graft_log: Any
+    callback: Callable[[int, float], None] | None
+    monitor: Any
+
+
+def _new_run(model: nn.Module, loss_fn: Callable[[tuple[Tensor, ...]], Tensor], data: Sequence[Tensor],
+             config: TrainConfig, params: Iterable[nn.Parameter] | None, optimizer: Optimizer | None,
+             run_dir: str | Path | None, name: str, resume: bool, graft_log: Any,
+             callback: Callable[[int, float], None] | None, monitor: Any) -> _Run:
+    """Check ``fit``'s arguments and build its optimizer (unless given) and LR controller."""
+    config.validate()
+    n = _check_data(data)
+    if resume and run_dir is None:
+        raise SimkitError("resume needs a run directory; pass `run_dir` (where the interrupted run wrote)")
+    if optimizer is None:
+        optimizer = build_optimizer(params if params is not None else
+                                    (p for p in model.parameters() if p.requires_grad), config)
+    trained = [p for group in optimizer.param_groups for p in group["params"]]
+    per_epoch = -(-n // config.batch_size)
+    total = config.total_steps(per_epoch)
+    controller = LRController(window=config.plateau_window, factor=config.plateau_factor,
+                              threshold=config.plateau_threshold, stop_loss=config.stop_loss,
+                              min_lr=config.min_lr, scheduler=config.scheduler, total_steps=total)
+    return _Run(model=model, loss_fn=loss_fn, data=data, config=config, optimizer=optimizer, trained=trained,
+                device=trained[0].device if trained else torch.device("cpu"), n=n, per_epoch=per_epoch,
+                total=total, controller=controller, run_dir=run_dir, name=name,
+                ckpt=checkpoint_path(run_dir, name) if run_dir is not None else None,
+                writer=dist.is_main_process(), graft_log=graft_log, callback=callback, monitor=monitor)
+
+
+def _payload(run: _Run, step: int, history: TrainHistory, finished: bool) -> dict[str, Any]:
+    """The checkpoint of ``run`` after ``step`` steps: every state a resumption needs."""
+    graft_log = run.graft_log
+    log = graft_log.to_list() if hasattr(graft_log, "to_list") else list(graft_log or [])
+    return {"name": run.name, "finished": finished, "step": step, "epoch": step // run.per_epoch,
+            "batch_in_epoch": step % run.per_epoch, "model": run.model.state_dict(),
+            "optimizer": run.optimizer.state_dict(), "controller": run.controller.state_dict(),
+            "rng": rng_state(), "history": history.to_dict(), "config": run.config.to_dict(),
+            "graft_log": log, "monitor": run.monitor.state_dict() if run.monitor is not None else None}
+
+
+def _checkpoint(run: _Run, step: int, history: TrainHistory, finished: bool) -> None:
+    """Write the checkpoint (main process only; nothing without a run directory)."""
+    if run.ckpt is not None and run.writer:
+        save_checkpoint(run.ckpt, _payload(run, step, history, finished))
+
+
+def _start(run: _Run, resume: bool) -> tuple[TrainHistory, int, bool]:
+    """(history, step, finished): restored from the checkpoint when resuming and there is one, else a
+    fresh start with every RNG seeded from ``config.seed``."""
+    if not (resume and run.ckpt is not None and run.ckpt.is_file()):
+        seed_everything(run.config.seed)
+        return TrainHistory(), 0, False
+    saved = load_checkpoint(run.ckpt)
+    _check_resumable(saved, run.config, run.ckpt)
+    _restore(run.model, run.optimizer, run.controller, saved, run.ckpt)
+    if run.monitor is not None:
+        if saved.get("monitor") is None:
+            raise SimkitError(f"{run.ckpt} was made without a validation monitor; start over without `resume`")
+        run.monitor.load_state_dict(saved["monitor"])
+    return TrainHistory.from_dict(saved["history"]), int(saved["step"]), bool(saved["finished"])
+
+
+def _record(run: _Run, history: TrainHistory, log: MetricsLog, step: int, loss: float) -> None:
+    """Append step ``step``'s loss and LR to the history and (main process) the metrics log."""
+    lr = run.optimizer.param_groups[0]["lr"]
+    history.losses.append(loss)
+    history.lrs.append(lr)
+    history.steps = step
+    if run.writer:
+        log.write(step, loss, lr)
+
+
+def _control(run: _Run, history: TrainHistory, step: int, loss: float) -> None:
+    """Let the LR controller see the loss and adjust the LR; a stop rule or the monitor may stop the run
+    (``history.stopped``)."""
+    run.controller.observe(loss, step)
+    run.controller.apply(run.optimizer, step)
+    history.stopped = run.controller.stop_reason(run.optimizer) or ""
+    if run.monitor is not None:
+        reason = run.monitor.after_step(step, run.model, run.optimizer, last=step >= run.total)
+        history.stopped = history.stopped or reason or ""
+
+
+def _after_step(run: _Run, history: TrainHistory, step: int, loss: float, signals: _StopSignals) -> None:
+    """The periodic checkpoint, the callback, then a checkpoint and stop when a signal came."""
+    every = run.config.checkpoint_every
+    if every and step % every == 0 and step < run.total:
+        _checkpoint(run, step, history, finished=False)
+    if run.callback is not None:
+        run.callback(step, loss)
+    if signals.received is not None:
+        _checkpoint(run, step, history, finished=False)
+        signals.raise_if_received()
+
+
+def _train(run: _Run, history: TrainHistory, step: int) -> int:
+    """Train from ``step`` until the last step or a stop rule; returns the step reached."""
+    config = run.config
+    log = MetricsLog(log_path(run.run_dir, run.name) if run.run_dir is not None and run.writer else None,
+                     keep_until=step if step else None)
+    try:
+        with _Deterministic(config.deterministic), _StopSignals() as signals, _progress(config) as bar:
+            task = bar.add_task(config.description, total=run.total, completed=step, loss="-")
+            while step < run.total and not history.stopped:
+                loss = _one_step(run, step)
+                step += 1
+                _record(run, history, log, step, loss)
+                _control(run, history, step, loss)
+                bar.update(task, completed=step, loss=f"{loss:.4g}")
+                _after_step(run, history, step, loss, signals)
+    finally:
+        log.close()
+    return step
+
+
 def fit(model: nn.Module, loss_fn: Callable[[tuple[Tensor, ...]], Tensor], data: Sequence[Tensor],
         config: TrainConfig, *, params: Iterable[nn.Parameter] | None = None,
         optimizer: Optimizer | None = None, run_dir: str | Path | None = None, name: str = "train",
@@ -191,110 +328,51 @@ def fit(model: nn.Module, loss_fn: Callable[[tuple[Tensor, ...]], Tensor], data:
         state is checkpointed and restored on resume. The caller restores the best weights afterwards.
     Returns the TrainHistory (losses and LRs per step, why it stopped).
     """
-    config.validate()
-    n = _check_data(data)
-    if resume and run_dir is None:
-        raise SimkitError("resume needs a run directory; pass `run_dir` (where the interrupted run wrote)")
-    if optimizer is None:
-        optimizer = build_optimizer(params if params is not None else
-                                    (p for p in model.parameters() if p.requires_grad), config)
-    trained = [p for group in optimizer.param_groups for p in group["params"]]
-    device = trained[0].device if trained else torch.device("cpu")
-    per_epoch = -(-n // config.batch_size)
-    total = config.total_steps(per_epoch)
-    controller = LRController(window=config.plateau_window, factor=config.plateau_factor,
-                              threshold=config.plateau_threshold, stop_loss=config.stop_loss,
-                              min_lr=config.min_lr, scheduler=config.scheduler, total_steps=total)
-    ckpt = checkpoint_path(run_dir, name) if run_dir is not None else None
-    writer = dist.is_main_process()
-
-    def payload(step: int, history: TrainHistory, finished: bool) -> dict[str, Any]:
-        log = graft_log.to_list() if hasattr(graft_log, "to_list") else list(graft_log or [])
-        return {"name": name, "finished": finished, "step": step, "epoch": step // per_epoch,
-                "batch_in_epoch": step % per_epoch, "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(), "controller": controller.state_dict(),
-                "rng": rng_state(), "history": history.to_dict(), "config": config.to_dict(),
-                "graft_log": log, "monitor": monitor.state_dict() if monitor is not None else None}
-
-    def checkpoint(step: int, history: TrainHistory, finished: bool) -> None:
-        if ckpt is not None and writer:
-            save_checkpoint(ckpt, payload(step, history, finished))
-
-    history, step = TrainHistory(), 0
-    if resume and ckpt is not None and ckpt.is_file():
-        saved = load_checkpoint(ckpt)
-        _check_resumable(saved, config, ckpt)
-        _restore(model, optimizer, controller, saved, ckpt)
-        if monitor is not None:
-            if saved.get("monitor") is None:
-                raise SimkitError(f"{ckpt} was made without a validation monitor; start over without `resume`")
-            monitor.load_state_dict(saved["monitor"])
-        history, step = TrainHistory.from_dict(saved["history"]), int(saved["step"])
-        if saved["finished"]:
-            return history
-    else:
-        seed_everything(config.seed)
-    log = MetricsLog(log_path(run_dir, name) if run_dir is not None and writer else None,
-                     keep_until=step if step else None)
-    try:
-        with _Deterministic(config.deterministic), _StopSignals() as signals, _progress(config) as bar:
-            task = bar.add_task(config.description, total=total, completed=step, loss="-")
-            while step < total and not history.stopped:
-                loss = _one_step(loss_fn, data, config, optimizer, controller, trained, device, n, step)
-                lr = optimizer.param_groups[0]["lr"]
-                step += 1
-                history.losses.append(loss)
-                history.lrs.append(lr)
-                history.steps = step
-                if writer:
-                    log.write(step, loss, lr)
-                controller.observe(loss, step)
-                controller.apply(optimizer, step)
-                history.stopped = controller.stop_reason(optimizer) or ""
-                if monitor is not None:
-                    reason = monitor.after_step(step, model, optimizer, last=step >= total)
-                    history.stopped = history.stopped or reason or ""
-                bar.update(task, completed=step, loss=f"{loss:.4g}")
-                if config.checkpoint_every and step % config.checkpoint_every == 0 and step < total:
-                    checkpoint(step, history, finished=False)
-                if callback is not None:
-                    callback(step, loss)
-                if signals.received is not None:
-                    checkpoint(step, history, finished=False)
-                    signals.raise_if_received()
-    finally:
-        log.close()
+    run = _new_run(model, loss_fn, data, config, params, optimizer, run_dir, name, resume, graft_log, callback,
+                   monitor)
+    history, step, finished = _start(run, resume)
+    if finished:
+        return history
+    step = _train(run, history, step)
     if not history.stopped:
-        history.stopped = "steps" if config.steps is not None and total == config.steps else "epochs"
-    checkpoint(step, history, finished=True)
+        history.stopped = "steps" if config.steps is not None and run.total == config.steps else "epochs"
+    _checkpoint(run, step, history, finished=True)
     return history
 
 
-def _one_step(loss_fn, data, config, optimizer, controller, trained, device, n, step) -> float:
-    controller.apply(optimizer, step)
-    rows = batch_indices(n, config.batch_size, config.seed, step)
+def _one_step(run: _Run, step: int) -> float:
+    """One optimizer step on global batch ``step``: gradients, a finite-loss check, clipping when
+    ``grad_clip`` is set, the update; returns the global batch's loss."""
+    value = _backward(run, step)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise SimkitError(f"the loss became {value} at step {step + 1}; lower the learning rate or set grad_clip")
+    if run.config.grad_clip is not None:
+        torch.nn.utils.clip_grad_norm_(run.trained, run.config.grad_clip)
+    run.optimizer.step()
+    return value
+
+
+def _backward(run: _Run, step: int) -> float:
+    """The LR for ``step``, then the gradients of global batch ``step`` in ``.grad`` (this rank's slice
+    of it under torchrun, summed over ranks); returns the global batch's loss."""
+    run.controller.apply(run.optimizer, step)
+    rows = batch_indices(run.n, run.config.batch_size, run.config.seed, step)
     local = torch.tensor_split(rows, dist.world_size())[dist.rank()] if dist.is_distributed() else rows
-    optimizer.zero_grad(set_to_none=True)
+    run.optimizer.zero_grad(set_to_none=True)
     if len(local):
-        batch = tuple(t[local.to(t.device)].to(device) for t in data)
-        loss = loss_fn(batch)
+        batch = tuple(t[local.to(t.device)].to(run.device) for t in run.data)
+        loss = run.loss_fn(batch)
         if loss.ndim != 0:
             raise SimkitError(f"loss_fn must return a scalar, got shape {tuple(loss.shape)}; reduce it with .mean()")
         loss.backward()
         value = loss.detach().double()
     else:
-        value = torch.zeros((), device=device, dtype=torch.float64)
+        value = torch.zeros((), device=run.device, dtype=torch.float64)
     if dist.is_distributed():
         weight = len(local) / len(rows)
-        _reduce_gradients(trained, weight)
+        _reduce_gradients(run.trained, weight)
         value = dist.all_reduce_sum(value * weight)
-    value = float(value)
-    if value != value or value in (float("inf"), float("-inf")):
-        raise SimkitError(f"the loss became {value} at step {step + 1}; lower the learning rate or set grad_clip")
-    if config.grad_clip is not None:
-        torch.nn.utils.clip_grad_norm_(trained, config.grad_clip)
-    optimizer.step()
-    return value
+    return float(value)
 
 
 def _check_resumable(saved: dict[str, Any], config: TrainConfig, path: Path) -> None:

@@ -119,6 +119,7 @@ def breakdown(n: int) -> list[str]:
     from simkit.engine.sources import Tap
     from simkit.layers import resolve_layers
     from simkit.metrics import gram
+    from simkit.metrics.settings import CompareSettings
     from simkit.metrics.streaming import make_accumulator
 
     torch.set_num_threads(int(THREADS))
@@ -147,8 +148,7 @@ def breakdown(n: int) -> list[str]:
             start = time.perf_counter()
             if accumulate:
                 if acc is None:
-                    acc = make_accumulator(["linear_cka", "unbiased_cka"], "minibatch",
-                                           [a.shape[1] for a in acts[0]], [b.shape[1] for b in acts[1]])
+                    acc = make_accumulator(CompareSettings(metrics=["linear_cka", "unbiased_cka"], mode="minibatch", null=0), [a.shape[1] for a in acts[0]], [b.shape[1] for b in acts[1]])
                 acc.update(*acts)
             spent += time.perf_counter() - start
         return spent

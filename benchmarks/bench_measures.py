@@ -55,11 +55,12 @@ def measure(batches, metrics: list[str], mode: str, null: int, batch: int) -> di
     """Seconds of update and compute of one accumulator fed every batch, and what describe() says."""
     import warnings
 
+    from simkit.metrics.settings import CompareSettings
     from simkit.metrics.streaming import make_accumulator
 
     dims_a = [a.shape[1] for a in batches[0][0]]
     dims_b = [b.shape[1] for b in batches[0][1]]
-    acc = make_accumulator(metrics, mode, dims_a, dims_b, null=null)
+    acc = make_accumulator(CompareSettings(metrics=metrics, mode=mode, null=null), dims_a, dims_b)
     start = time.perf_counter()
     for index, (acts_a, acts_b) in enumerate(batches):
         acc.update(acts_a, acts_b, batch_index=index, row_offset=index * batch)

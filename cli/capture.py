@@ -29,11 +29,10 @@ def capture_command(
     device: DeviceOpt = "cpu",
     trust: TrustOpt = False,
 ) -> None:
-    from simkit.data import load_data
     from simkit.engine import capture
+    from simkit.engine.loading import data_for
 
-    tokenizer = model if data.startswith("text:") and "tokenizer=" not in data and model.startswith("hf:") else None
-    dataset = load_data(data, n=n, seed=seed, tokenizer=tokenizer)
+    dataset = data_for(data, model, n=n, seed=seed)
     module = load_cli_model(model, seed=seed, trust=trust, weights=weights)
     path = capture(module, dataset, out, layers=layers, reduce=reduce, batch_size=batch_size, n=n,
                    device=device, model_name=model, data_name=data, seed=seed)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from simkit.catalog import DEFAULT_METRICS, metric_help
 from simkit.cli.common import (
     DeviceOpt,
     NOpt,
@@ -16,10 +17,12 @@ from simkit.cli.common import (
     TrustOpt,
     command,
     finish,
-    load_cli_model,
     split_list,
 )
 from simkit.errors import SimkitError
+
+if TYPE_CHECKING:
+    from simkit.results import CompareResult, StudyResult
 
 
 class Mode(str, Enum):
@@ -61,9 +64,8 @@ def compare_command(
     layers_a: Annotated[str, typer.Option("--layers-a", help="Layers of A: names, globs, type:Class, blocks.")] = "blocks",
     layers_b: Annotated[str, typer.Option("--layers-b", help="Layers of B: names, globs, type:Class, blocks.")] = "blocks",
     metric: Annotated[list[str] | None, typer.Option(
-        "--metric", help="Repeatable, comma lists: linear_cka, unbiased_cka, rbf_cka, mutual_knn, procrustes, "
-        "procrustes_angle, cca, svcca, pwcca, shape_metric, rsa, ridge_r2, jaccard_knn. The measures beyond "
-        "CKA are always full-data, in either --mode.", show_default="unbiased_cka, linear_cka")] = None,
+        "--metric", metavar="A,B,...", help=f"Repeatable, comma lists: {metric_help()}. The measures beyond CKA are always "
+        "full-data, in either --mode.", show_default=", ".join(DEFAULT_METRICS))] = None,
     mode: Annotated[Mode, typer.Option("--mode", help="exact (the full-data estimate) or minibatch (per-batch HSIC "
         "averaged over batches, Nguyen et al.; linear_cka there is biased by the batch size, unbiased_cka is "
         "not).")] = Mode.minibatch,
@@ -104,54 +106,29 @@ def compare_command(
     trust: TrustOpt = False,
     no_report: NoReportOpt = False,
 ) -> None:
-    from simkit.engine import DEFAULT_METRICS, compare, compare_caches, is_cache, study
-    from simkit.results import CompareResult, StudyResult
+    from simkit.engine import CompareSettings, compare, compare_caches, study
+    from simkit.engine.loading import classify_sources, load_pair
 
-    metrics = split_list(metric) or list(DEFAULT_METRICS)
-    caches = [m for m in models if is_cache(m)]
-    if caches and len(caches) != len(models):
-        raise SimkitError("mix of cache directories and model specs; pass two model specs or only caches")
-    if len(models) < 2:
-        raise SimkitError(f"compare needs two models (or two or more caches), got {len(models)}")
-    common = dict(metrics=metrics, mode=mode.value, batch_size=batch_size, n=n, null=null, seed=seed,
-                  rbf_factor=rbf_factor, knn_k=knn_k, device=device, shape_alpha=shape_alpha, cca_eps=cca_eps,
-                  svcca_keep=svcca_keep, ridge_lambda=ridge_lambda, ridge_folds=ridge_folds,
-                  rsa_distance=rsa_distance.value, rsa_compare=rsa_compare.value, progress=True)
-    if caches:
-        result: CompareResult | StudyResult
-        if len(caches) == 2:
-            result = compare_caches(caches[0], caches[1], layers_a=layers_a, layers_b=layers_b, **common)
+    settings = CompareSettings(
+        metrics=split_list(metric) or DEFAULT_METRICS, mode=mode.value, batch_size=batch_size, n=n, null=null,
+        seed=seed, rbf_factor=rbf_factor, knn_k=knn_k, shape_alpha=shape_alpha, cca_eps=cca_eps,
+        svcca_keep=svcca_keep, ridge_lambda=ridge_lambda, ridge_folds=ridge_folds,
+        rsa_distance=rsa_distance.value, rsa_compare=rsa_compare.value).validate()
+    result: CompareResult | StudyResult
+    if classify_sources(models) == "caches":
+        if len(models) == 2:
+            result = compare_caches(models[0], models[1], settings, layers_a=layers_a, layers_b=layers_b,
+                                    device=device)
         else:
-            result = study(caches, pairing=pairing, **common)
+            result = study(models, settings, pairing=pairing, device=device)
         finish(result, out, no_report)
         return
-    if len(models) != 2:
-        raise SimkitError(f"compare takes exactly two model specs, got {len(models)}; a study needs caches "
-                          "(write them with `simkit capture`)")
     if data is None:
         raise SimkitError("--data is required when comparing models, e.g. --data synthetic:3x64x64")
-    from simkit.data import load_data
-
-    # B is seeded with seed + 1 (README: "A gets seed, B seed + 1"), so `simkit capture --seed 1` of B
-    # gives the activations this comparison sees
-    seeds = {"model_a": seed, "model_b": seed + 1, "data": seed}
-    tokenizers = text_tokenizers(data, models)
-    dataset = load_data(data, n=n, seed=seeds["data"], tokenizer=tokenizers[0])
-    dataset_b = None if tokenizers[1] == tokenizers[0] else \
-        load_data(data, n=n, seed=seeds["data"], tokenizer=tokenizers[1])
-    model_a = load_cli_model(models[0], seed=seeds["model_a"], trust=trust, weights=weights_a)
-    model_b = load_cli_model(models[1], seed=seeds["model_b"], trust=trust, weights=weights_b)
+    pair = load_pair(models[0], models[1], data, seed=seed, n=n, trust=trust, weights_a=weights_a,
+                     weights_b=weights_b)
     index = int(output_index) if output_index is not None and output_index.isdigit() else output_index
-    result = compare(model_a, model_b, dataset, layers_a=layers_a, layers_b=layers_b, reduce=reduce.value,
-                     output_index=index, names=(models[0], models[1]), data_name=data, seeds=seeds,
-                     data_b=dataset_b, **common)
+    result = compare(pair.model_a, pair.model_b, pair.data, settings, layers_a=layers_a, layers_b=layers_b,
+                     reduce=reduce.value, device=device, output_index=index, names=(models[0], models[1]),
+                     data_name=data, data_b=pair.data_b)
     finish(result, out, no_report)
-
-
-def text_tokenizers(data: str, models: list[str]) -> tuple[str | None, str | None]:
-    """Which tokenizer reads ``text:FILE`` data for each model: its own for an ``hf:`` model, the other
-    model's for one that is not (None when neither is, or when the spec names ``tokenizer=``)."""
-    if not data.startswith("text:") or "tokenizer=" in data:
-        return None, None
-    own = [spec if spec.startswith("hf:") else None for spec in models]
-    return own[0] or own[1], own[1] or own[0]

@@ -2,7 +2,7 @@
 
 The public API (every name loads on first use, so ``import simkit`` and ``simkit --help`` stay fast):
 
-- ``compare(model_a, model_b, data, ...)`` → ``CompareResult``; ``compare_caches(path_a, path_b, ...)``;
+- ``compare(model_a, model_b, data, CompareSettings(...))`` → ``CompareResult``; ``compare_caches(path_a, path_b, ...)``;
   ``study(paths, ...)`` → ``StudyResult``; ``capture(model, data, out, ...)`` writes an activation cache;
 - the research runners, each ``run(modules, data, settings, run_dir=None, resume=False)`` → a result:
   ``convert`` (Network of Theseus, ``ConvertSettings``), ``stitch`` (``StitchSettings``), ``linearize``
@@ -43,6 +43,7 @@ def load(run_dir: Any) -> RunResult:
 # public name → the module that defines it (imported on first use)
 _LAZY = {
     "compare": "simkit.engine",
+    "CompareSettings": "simkit.engine",
     "compare_caches": "simkit.engine",
     "study": "simkit.engine",
     "capture": "simkit.engine",
@@ -69,6 +70,9 @@ __all__ = ["SimkitError", "__version__", "load", *_LAZY]
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
+        # whatever hands out results also registers how they show in a notebook (simkit.results.HTML_VIEWS),
+        # so simkit.stitch(...) and simkit.graft(...) display in a fresh notebook as simkit.compare(...) does
+        import_module("simkit.report")
         return getattr(import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'simkit' has no attribute {name!r}")
 

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import pandas as pd
 
+from simkit.catalog import colour_bounds
 from simkit.errors import SimkitError
 from simkit.io import write_csv, write_json
 
@@ -194,14 +195,10 @@ def _plot_metric(summary: dict[str, Any], frame: pd.DataFrame, metric: str | Non
     return _metric_rows(frame, metric, what)[0]
 
 
-_UNIT_RANGE = {"linear_cka", "unbiased_cka", "rbf_cka", "mutual_knn", "jaccard_knn", "procrustes", "cca", "svcca",
-               "pwcca"}
-
-
 def heatmap_figure(frame: pd.DataFrame, title: str, xlabel: str, ylabel: str, *, ax: Any = None,
                    annot: bool | None = None, **heatmap: Any):
     """A seaborn heatmap of ``frame`` (R, C) on ``ax`` (default: a new pyplot figure sized to the frame);
-    measures bounded by [0, 1] get that colour range. Returns the Figure."""
+    bounded measures get their range from the catalogue (simkit.catalog). Returns the Figure."""
     try:
         import seaborn as sns
     except ImportError:
@@ -214,9 +211,10 @@ def heatmap_figure(frame: pd.DataFrame, title: str, xlabel: str, ylabel: str, *,
         _, ax = plt.subplots(figsize=(min(14.0, 2.5 + 0.45 * cols), min(12.0, 2.0 + 0.4 * rows)))
     if annot is None:
         annot = max(frame.shape) <= 12
-    if title in _UNIT_RANGE:
-        heatmap.setdefault("vmin", 0.0)
-        heatmap.setdefault("vmax", 1.0)
+    lo, hi = colour_bounds(title)
+    if lo is not None:
+        heatmap.setdefault("vmin", lo)
+        heatmap.setdefault("vmax", hi)
     sns.heatmap(frame.astype(float), ax=ax, annot=annot, fmt=".2f", cmap=heatmap.pop("cmap", "viridis"),
                 square=heatmap.pop("square", True), cbar_kws={"label": title}, **heatmap)
     ax.set_title(title)

@@ -32,3 +32,11 @@ def derive_seed(seed: int, *keys: int | str) -> int:
 def generator(seed: int, *keys: int | str) -> torch.Generator:
     """A CPU torch.Generator seeded with ``derive_seed(seed, *keys)`` (``seed`` itself without keys)."""
     return torch.Generator().manual_seed(derive_seed(seed, *keys) if keys else int(seed))
+
+
+def pair_seeds(seed: int) -> dict[str, int]:
+    """The one seed rule of every command that builds two models from specs (compare, stitch): model A
+    gets ``seed``, model B ``seed + 1`` (so the same spec twice gives two independently initialised
+    networks, and ``simkit capture --seed 1`` of B stores the activations a comparison with ``--seed 0``
+    sees), and the data ``seed``."""
+    return {"model_a": seed, "model_b": seed + 1, "data": seed}

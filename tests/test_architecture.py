@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_MODULES = {"simkit", "simkit.models", "simkit.data", "simkit.metrics"}
 PUBLIC_FUNCTIONS = ("convert", "stitch", "linearize", "graft", "compare", "compare_caches", "study", "capture",
                     "load", "save_run", "render_report", "train_classifier", "evaluate_accuracy")
-PUBLIC_CLASSES = ("ConvertSettings", "StitchSettings", "LinearizeSettings", "GraftSettings", "RunDir", "TrainConfig")
+PUBLIC_CLASSES = ("CompareSettings", "ConvertSettings", "StitchSettings", "LinearizeSettings", "GraftSettings", "RunDir", "TrainConfig")
 
 
 def module_name(path: Path) -> str:
@@ -119,3 +119,33 @@ def test_public_functions_exist(name):
 def test_public_classes_exist(name):
     assert name in simkit.__all__
     assert inspect.isclass(getattr(simkit, name)), name
+
+
+#: the longest a function in simkit/ or cli/ may be (lines, decorators and docstring included)
+MAX_FUNCTION_LINES = 100
+
+
+def _functions(path: Path) -> Iterator[tuple[str, int]]:
+    """``(qualified name, lines)`` of every function and method in ``path``."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield f"{path.relative_to(ROOT)}:{node.name}", node.end_lineno - node.lineno + 1
+
+
+def test_no_function_is_longer_than_the_limit():
+    long = [(name, lines) for folder in ("simkit", "cli") for path in sorted((ROOT / folder).rglob("*.py"))
+            for name, lines in _functions(path) if lines > MAX_FUNCTION_LINES]
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines (split them into phases): {long}"
+
+
+def test_compare_keeps_settings_in_one_object():
+    """compare, compare_caches and study take a CompareSettings; their signatures keep only what is not a
+    setting (models, data, layers, reduction, device, progress, names) plus keyword changes."""
+    from simkit.metrics.settings import CompareSettings
+
+    settings = {f for f in CompareSettings.__dataclass_fields__ if f != "validated"}
+    for name in ("compare", "compare_caches", "study"):
+        parameters = inspect.signature(getattr(simkit, name)).parameters
+        assert "settings" in parameters and not settings & set(parameters), name
+    assert len(inspect.signature(simkit.compare).parameters) <= 14

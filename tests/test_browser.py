@@ -354,3 +354,21 @@ def test_every_report_kind_opens_with_findings_and_fits_its_boxes(browser, real_
     assert layout["pageOverflow"] <= 1, "the page scrolls sideways"
     assert layout["clipped"] == []
     assert layout["figuresFirst"], "a table comes before the first figure"
+
+
+RUNNER_OF_KIND = {"compare": "compare", "study": "study", "convert": "convert", "stitch": "stitch",
+                  "linearize": "linearize", "graft": "graft"}
+
+
+@pytest.mark.parametrize("kind", list(RUNNER_OF_KIND))
+def test_every_kind_shows_itself_in_a_fresh_notebook(real_runs, kind):
+    """In a fresh interpreter, taking a runner from ``simkit`` is enough for its results to show the
+    report's findings inline (no import of simkit.report by hand, no simkit.load)."""
+    import sys
+
+    code = (f"import simkit; simkit.{RUNNER_OF_KIND[kind]}\n"
+            "from simkit.results import load\n"
+            f"html = load({str(real_runs[kind])!r})._repr_html_()\n"
+            "assert html and 'class=\"findings\"' in html, repr(html)[:300]\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

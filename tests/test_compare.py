@@ -225,10 +225,10 @@ def test_constant_layer_gives_nan_and_a_warning(data):
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(metrics=["cosine"]), "unknown metric 'cosine'"),
-    (dict(mode="fast"), "unknown mode"),
+    (dict(mode="fast"), "unknown `mode` 'fast'; choose exact or minibatch"),
     (dict(n=3, metrics=["unbiased_cka"], mode="exact"), "at least 4 samples"),
     (dict(layers_a=["nope"]), "unknown layer"),
-    (dict(null=-1), "`null` must be 0, a positive number of permutations or None"),
+    (dict(null=-1), "`null` must be 0 or a positive number of permutations, or None"),
     (dict(batch_size=0), "`batch_size` must be a positive integer"),
     (dict(rbf_factor=0.0, metrics=["rbf_cka"]), "`rbf_factor` must be a positive number"),
     (dict(knn_k=0, metrics=["mutual_knn"]), "`knn_k` must be a positive integer"),
@@ -282,8 +282,7 @@ def test_loaded_specs_record_names_data_and_seeds():
     spec_a, spec_b = "simkit:mlp:in_features=40,hidden=8,depth=2", "simkit:mlp:in_features=40,hidden=6,depth=1"
     dataset = load_data("mnist1d", n=24, seed=3)
     result = compare(load_model(spec_a, seed=3), load_model(spec_b, seed=4), dataset, n=24, seed=3,
-                     metrics=["linear_cka"], names=(spec_a, spec_b), seeds={"model_a": 3, "model_b": 4},
-                     progress=False)
+                     metrics=["linear_cka"], names=(spec_a, spec_b), progress=False)
     assert result.summary["model_a"] == spec_a and result.summary["data"] == "mnist1d"  # the Dataset's spec
     assert result.meta["seeds"] == {"null": 3, "model_a": 3, "model_b": 4}
 

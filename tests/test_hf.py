@@ -13,8 +13,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from simkit.cli.compare import text_tokenizers
 from simkit.cli.main import app
+from simkit.engine.loading import text_tokenizers
 
 SENTENCES = ["A man is playing a guitar.", "The cat sleeps on the warm windowsill all afternoon long.",
              "Stock markets fell.", "She baked bread for the whole village before sunrise.", "Rain again.",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 import simkit.engine.measure as measure_module
+from simkit.metrics.settings import CompareSettings
 from simkit.metrics.streaming import make_accumulator
 
 
@@ -13,7 +14,7 @@ def fed(metrics, null, n=60, batch=20):
     g = torch.Generator().manual_seed(0)
     a = [torch.randn(n, 5, generator=g), torch.randn(n, 3, generator=g)]
     b = [torch.randn(n, 4, generator=g)]
-    acc = make_accumulator(metrics, "exact", [5, 3], [4], null=null, knn_k=3)
+    acc = make_accumulator(CompareSettings(metrics=metrics, mode="exact", null=null, knn_k=3), [5, 3], [4])
     for s in range(0, n, batch):
         acc.update([x[s:s + batch] for x in a], [y[s:s + batch] for y in b])
     return acc

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simkit.errors import SimkitError
+from simkit.metrics.settings import CompareSettings
 from simkit.metrics.streaming import make_accumulator
 from simkit.metrics.streaming.common import draw_perms, perm_generator
 
@@ -140,7 +141,7 @@ REF["mutual_knn"] = np_matrix(XA, XB, lambda a, b: np_mutual_knn(a, b, 5))
 @given(cuts=st.lists(st.integers(1, N - 1), max_size=6))
 def test_exact_features_equal_one_shot_for_any_batching(cuts):
     sizes = split_sizes(N, cuts)
-    acc = feed(make_accumulator(["linear_cka", "unbiased_cka"], "exact", dims(XA), dims(XB)), XA, XB, sizes)
+    acc = feed(make_accumulator(CompareSettings(metrics=["linear_cka", "unbiased_cka"], mode="exact", null=0), dims(XA), dims(XB)), XA, XB, sizes)
     assert {d["path"] for d in acc.describe().values()} == {"features"}
     out = acc.compute()
     for m in ("linear_cka", "unbiased_cka"):
@@ -154,8 +155,8 @@ def test_exact_features_of_float32_activations_do_not_depend_on_the_batches(cuts
     # float32 values, so any batch split gives the one-shot sums to float64 rounding (not float32's)
     xa, xb = make_layers(60, seed=3, dtype=np.float32)
     xa[1] += np.float32(1e3)
-    one = feed(make_accumulator(["linear_cka", "unbiased_cka"], "exact", dims(xa), dims(xb)), xa, xb, [60]).compute()
-    got = feed(make_accumulator(["linear_cka", "unbiased_cka"], "exact", dims(xa), dims(xb)), xa, xb,
+    one = feed(make_accumulator(CompareSettings(metrics=["linear_cka", "unbiased_cka"], mode="exact", null=0), dims(xa), dims(xb)), xa, xb, [60]).compute()
+    got = feed(make_accumulator(CompareSettings(metrics=["linear_cka", "unbiased_cka"], mode="exact", null=0), dims(xa), dims(xb)), xa, xb,
                split_sizes(60, cuts)).compute()
     ref = {m: np_matrix([a.astype(np.float64) for a in xa], [b.astype(np.float64) for b in xb],
                         lambda a, b, m=m: np_cka(a, b, m)) for m in ("linear_cka", "unbiased_cka")}
@@ -170,7 +171,7 @@ def test_exact_stored_paths_equal_one_shot_for_any_batching(cuts):
     sizes = split_sizes(N, cuts)
     metrics = ["linear_cka", "unbiased_cka", "rbf_cka", "mutual_knn"]
     # a budget too small for the feature-space sums forces the stored Gram path for linear CKA
-    acc = make_accumulator(metrics, "exact", dims(XA), dims(XB), knn_k=5, memory_budget_bytes=40_000)
+    acc = make_accumulator(CompareSettings(metrics=metrics, mode="exact", knn_k=5, memory_budget_bytes=40_000, null=0), dims(XA), dims(XB))
     out = feed(acc, XA, XB, sizes).compute()
     desc = acc.describe()
     assert desc["linear_cka"]["path"] == "stored-gram" and "bytes" in desc["linear_cka"]["reason"]
@@ -183,8 +184,7 @@ def test_exact_stored_paths_equal_one_shot_for_any_batching(cuts):
 def test_exact_edge_shapes_n4_p1():
     xa, xb = make_layers(4, seed=3)
     for budget in (2**30, 5_000):
-        acc = feed(make_accumulator(["linear_cka", "unbiased_cka"], "exact", dims(xa), dims(xb),
-                                    memory_budget_bytes=budget), xa, xb, [1, 3])
+        acc = feed(make_accumulator(CompareSettings(metrics=["linear_cka", "unbiased_cka"], mode="exact", memory_budget_bytes=budget, null=0), dims(xa), dims(xb)), xa, xb, [1, 3])
         out = acc.compute()
         for m in ("linear_cka", "unbiased_cka"):
             ref = np_matrix(xa, xb, lambda a, b, m=m: np_cka(a, b, m))
@@ -192,7 +192,7 @@ def test_exact_edge_shapes_n4_p1():
 
 
 def test_exact_self_similarity_is_one():
-    acc = feed(make_accumulator(["linear_cka", "unbiased_cka"], "exact", dims(XA), dims(XA)), XA, XA, [10, 13])
+    acc = feed(make_accumulator(CompareSettings(metrics=["linear_cka", "unbiased_cka"], mode="exact", null=0), dims(XA), dims(XA)), XA, XA, [10, 13])
     for m in ("linear_cka", "unbiased_cka"):
         np.testing.assert_allclose(np.diag(acc.compute()[m]["value"]), 1.0, atol=1e-12)
 
@@ -203,7 +203,7 @@ def test_exact_self_similarity_is_one():
 @pytest.mark.parametrize("metric", ["linear_cka", "unbiased_cka", "rbf_cka"])
 def test_minibatch_equals_mean_of_hsic_reference(metric):
     sizes = [8, 8, 5, 2]  # unequal sizes; the last batch is skipped by HSIC_1 (b < 4)
-    acc = make_accumulator([metric], "minibatch", dims(XA), dims(XB), rbf_factor=0.7)
+    acc = make_accumulator(CompareSettings(metrics=[metric], mode="minibatch", rbf_factor=0.7, null=0), dims(XA), dims(XB))
     feed(acc, XA, XB, sizes)
     if metric == "unbiased_cka":
         with pytest.warns(RuntimeWarning, match="skipped 1 batch"):
@@ -217,12 +217,12 @@ def test_minibatch_equals_mean_of_hsic_reference(metric):
 
 
 def test_minibatch_differs_from_exact():
-    acc = feed(make_accumulator(["linear_cka"], "minibatch", dims(XA), dims(XB)), XA, XB, [8, 8, 7])
+    acc = feed(make_accumulator(CompareSettings(metrics=["linear_cka"], mode="minibatch", null=0), dims(XA), dims(XB)), XA, XB, [8, 8, 7])
     assert np.abs(acc.compute()["linear_cka"]["value"] - REF["linear_cka"]).max() > 1e-3
 
 
 def test_minibatch_unbiased_needs_a_batch_of_four():
-    acc = feed(make_accumulator(["unbiased_cka"], "minibatch", dims(XA), dims(XB)), XA, XB, [3] * 7 + [2])
+    acc = feed(make_accumulator(CompareSettings(metrics=["unbiased_cka"], mode="minibatch", null=0), dims(XA), dims(XB)), XA, XB, [3] * 7 + [2])
     with pytest.raises(SimkitError, match="at least 4 samples and got none; raise `batch_size`"):
         acc.compute()
 
@@ -237,7 +237,7 @@ def test_state_of_two_halves_adds_up_to_the_whole(mode):
     sizes = [6, 6, 6, 5]
 
     def build():
-        return make_accumulator(metrics, mode, dims(XA), dims(XB), **kw)
+        return make_accumulator(CompareSettings(metrics=metrics, mode=mode, **{"null": 0, **kw}), dims(XA), dims(XB))
 
     whole = feed(build(), XA, XB, sizes)
     first, second = build(), build()
@@ -282,7 +282,7 @@ def test_ranks_combined_by_sums_shifts_and_payloads_equal_one_accumulator(mode):
     null = 3 if mode == "minibatch" else 0
 
     def build():
-        return make_accumulator(metrics, mode, dims(XA), dims(XB), null=null, seed=4, knn_k=5)
+        return make_accumulator(CompareSettings(metrics=metrics, mode=mode, null=null, seed=4, knn_k=5), dims(XA), dims(XB))
 
     whole = feed(build(), XA, XB, sizes)
     ranks = [build(), build()]
@@ -303,10 +303,10 @@ def test_ranks_combined_by_sums_shifts_and_payloads_equal_one_accumulator(mode):
 
 def test_feature_path_merge_rebases_and_equals_whole():
     metrics = ["linear_cka", "unbiased_cka"]
-    whole = feed(make_accumulator(metrics, "exact", dims(XA), dims(XB)), XA, XB, [5, 7, 11])
-    first = feed(make_accumulator(metrics, "exact", dims(XA), dims(XB)), [x[12:] for x in XA],
+    whole = feed(make_accumulator(CompareSettings(metrics=metrics, mode="exact", null=0), dims(XA), dims(XB)), XA, XB, [5, 7, 11])
+    first = feed(make_accumulator(CompareSettings(metrics=metrics, mode="exact", null=0), dims(XA), dims(XB)), [x[12:] for x in XA],
                  [y[12:] for y in XB], [11])
-    second = feed(make_accumulator(metrics, "exact", dims(XA), dims(XB)), [x[:12] for x in XA],
+    second = feed(make_accumulator(CompareSettings(metrics=metrics, mode="exact", null=0), dims(XA), dims(XB)), [x[:12] for x in XA],
                   [y[:12] for y in XB], [5, 7])
     got = first.merge(second).compute()
     for m in metrics:
@@ -316,10 +316,10 @@ def test_feature_path_merge_rebases_and_equals_whole():
 
 def test_stored_paths_merge_equals_whole():
     metrics = ["rbf_cka", "mutual_knn"]
-    whole = feed(make_accumulator(metrics, "exact", dims(XA), dims(XB), knn_k=5), XA, XB, [12, 11])
-    first = feed(make_accumulator(metrics, "exact", dims(XA), dims(XB), knn_k=5),
+    whole = feed(make_accumulator(CompareSettings(metrics=metrics, mode="exact", knn_k=5, null=0), dims(XA), dims(XB)), XA, XB, [12, 11])
+    first = feed(make_accumulator(CompareSettings(metrics=metrics, mode="exact", knn_k=5, null=0), dims(XA), dims(XB)),
                  [x[:12] for x in XA], [y[:12] for y in XB], [12])
-    second = feed(make_accumulator(metrics, "exact", dims(XA), dims(XB), knn_k=5),
+    second = feed(make_accumulator(CompareSettings(metrics=metrics, mode="exact", knn_k=5, null=0), dims(XA), dims(XB)),
                   [x[12:] for x in XA], [y[12:] for y in XB], [11])
     assert first.needs_gather and first.state() == []
     got = first.merge(second).compute()
@@ -342,7 +342,7 @@ def related_and_independent(n: int, seed: int = 0):
 @pytest.mark.parametrize("metric", ["linear_cka", "unbiased_cka", "mutual_knn"])
 def test_null_separates_real_from_independent(mode, metric):
     xa, xb = related_and_independent(64)
-    acc = feed(make_accumulator([metric], mode, dims(xa), dims(xb), null=20, seed=1, knn_k=5),
+    acc = feed(make_accumulator(CompareSettings(metrics=[metric], mode=mode, null=20, seed=1, knn_k=5), dims(xa), dims(xb)),
                xa, xb, [16] * 4)
     out = acc.compute()[metric]
     assert out["null"].shape == (20, 1, 2)
@@ -357,7 +357,7 @@ def test_exact_null_equals_recomputation_on_permuted_samples():
     n, k = 20, 4
     xa, xb = [XA[1][:n], XA[2][:n]], [XB[0][:n]]
     metrics = ["linear_cka", "unbiased_cka", "rbf_cka", "mutual_knn"]
-    acc = feed(make_accumulator(metrics, "exact", dims(xa), dims(xb), null=k, seed=5, knn_k=3), xa, xb, [7, 13])
+    acc = feed(make_accumulator(CompareSettings(metrics=metrics, mode="exact", null=k, seed=5, knn_k=3), dims(xa), dims(xb)), xa, xb, [7, 13])
     out = acc.compute()
     desc = acc.describe()
     assert desc["linear_cka"]["path"] == "stored-gram"
@@ -371,7 +371,7 @@ def test_exact_null_equals_recomputation_on_permuted_samples():
 
 def test_minibatch_null_permutes_within_each_batch():
     sizes, k = [8, 8, 7], 3
-    acc = feed(make_accumulator(["unbiased_cka"], "minibatch", dims(XA), dims(XB), null=k, seed=2), XA, XB, sizes)
+    acc = feed(make_accumulator(CompareSettings(metrics=["unbiased_cka"], mode="minibatch", null=k, seed=2), dims(XA), dims(XB)), XA, XB, sizes)
     null = acc.compute()["unbiased_cka"]["null"]
     perms = [draw_perms(k, b, perm_generator(2, i), "cpu").numpy()
              for i, b in enumerate(sizes)]
@@ -389,9 +389,9 @@ def test_minibatch_null_permutes_within_each_batch():
 def test_float32_agrees_with_float64(mode):
     xa, xb = make_layers(96, seed=4)
     metrics = ["linear_cka", "unbiased_cka", "rbf_cka"]
-    out64 = feed(make_accumulator(metrics, mode, dims(xa), dims(xb)), xa, xb, [32] * 3).compute()
+    out64 = feed(make_accumulator(CompareSettings(metrics=metrics, mode=mode, null=0), dims(xa), dims(xb)), xa, xb, [32] * 3).compute()
     xa32, xb32 = [x.astype(np.float32) for x in xa], [y.astype(np.float32) for y in xb]
-    out32 = feed(make_accumulator(metrics, mode, dims(xa), dims(xb)), xa32, xb32, [32] * 3).compute()
+    out32 = feed(make_accumulator(CompareSettings(metrics=metrics, mode=mode, null=0), dims(xa), dims(xb)), xa32, xb32, [32] * 3).compute()
     for m in metrics:
         np.testing.assert_allclose(out32[m]["value"], out64[m]["value"], rtol=0, atol=2e-5, err_msg=m)
 
@@ -403,7 +403,7 @@ def test_float32_agrees_with_float64(mode):
 def test_constant_layer_gives_nan_and_a_warning_naming_it(mode):
     xa = [XA[0], np.full((N, 4), 3.7)]
     metrics = ["linear_cka", "unbiased_cka", "rbf_cka"]
-    acc = feed(make_accumulator(metrics, mode, dims(xa), dims(XB), names_a=["stem", "flat"]), xa, XB, [8, 8, 7])
+    acc = feed(make_accumulator(CompareSettings(metrics=metrics, mode=mode, null=0), dims(xa), dims(XB), names_a=["stem", "flat"]), xa, XB, [8, 8, 7])
     with pytest.warns(RuntimeWarning, match="constant layer.*flat"):
         out = acc.compute()
     for m in metrics:
@@ -413,20 +413,20 @@ def test_constant_layer_gives_nan_and_a_warning_naming_it(mode):
 
 def test_bad_input_errors():
     with pytest.raises(SimkitError, match="unknown metric 'cka'"):
-        make_accumulator(["cka"], "exact", [2], [2])
+        make_accumulator(CompareSettings(metrics=["cka"], mode="exact", null=0), [2], [2])
     with pytest.raises(SimkitError, match="unknown `mode` 'full'; choose exact or minibatch"):
-        make_accumulator(["linear_cka"], "full", [2], [2])
+        make_accumulator(CompareSettings(metrics=["linear_cka"], mode="full", null=0), [2], [2])
     with pytest.raises(SimkitError, match="`null` must be 0 or a positive number"):
-        make_accumulator(["linear_cka"], "exact", [2], [2], null=-1)
-    acc = make_accumulator(["linear_cka"], "exact", [2], [3])
+        make_accumulator(CompareSettings(metrics=["linear_cka"], mode="exact", null=-1), [2], [2])
+    acc = make_accumulator(CompareSettings(metrics=["linear_cka"], mode="exact", null=0), [2], [3])
     with pytest.raises(SimkitError, match=r"inconsistent numbers of samples in one batch: \[4, 5\]"):
         acc.update([torch.zeros(4, 2)], [torch.zeros(5, 3)])
     with pytest.raises(SimkitError, match=r"model B layer 0 has shape \(4, 2\), expected \(b, 3\)"):
         acc.update([torch.zeros(4, 2)], [torch.zeros(4, 2)])
-    small = feed(make_accumulator(["unbiased_cka"], "exact", [1], [1]), [XA[0][:3]], [XB[0][:3, :1]], [3])
+    small = feed(make_accumulator(CompareSettings(metrics=["unbiased_cka"], mode="exact", null=0), [1], [1]), [XA[0][:3]], [XB[0][:3, :1]], [3])
     with pytest.raises(SimkitError, match="unbiased CKA needs at least 4 samples, got 3"):
         small.compute()
-    capped = make_accumulator(["rbf_cka"], "exact", dims(XA), dims(XB), max_stored_n=10)
+    capped = make_accumulator(CompareSettings(metrics=["rbf_cka"], mode="exact", null=0), dims(XA), dims(XB), max_stored_n=10)
     feed(capped, [x[:8] for x in XA], [y[:8] for y in XB], [8])
     with pytest.raises(SimkitError, match="exceed `max_stored_n`=10; use `mode`=minibatch"):
         feed(capped, [x[8:16] for x in XA], [y[8:16] for y in XB], [8])
@@ -438,7 +438,7 @@ def test_bad_input_errors():
 def test_non_finite_activations_are_an_error_naming_the_layer(mode, metric, bad):
     xb = [XB[0], XB[1].copy()]
     xb[1][3, 7] = bad
-    acc = make_accumulator([metric], mode, dims(XA), dims(xb), names_b=["stem", "layer4.1"])
+    acc = make_accumulator(CompareSettings(metrics=[metric], mode=mode, null=0), dims(XA), dims(xb), names_b=["stem", "layer4.1"])
     with pytest.raises(SimkitError, match=r"non-finite activations \(NaN or Inf\) in layer layer4.1 of model B"):
         feed(acc, XA, xb, [N])
 
@@ -456,8 +456,7 @@ def _rank_main(rank: int, world: int, init: str, out: str, sizes: list[int]) -> 
         results = {}
         for mode, metrics in (("exact", ["linear_cka", "unbiased_cka", "rbf_cka", "mutual_knn"]),
                               ("minibatch", ["linear_cka", "unbiased_cka", "rbf_cka"])):
-            acc = make_accumulator(metrics, mode, dims(xa), dims(xb), null=3 if mode == "minibatch" else 0,
-                                   knn_k=5)
+            acc = make_accumulator(CompareSettings(metrics=metrics, mode=mode, null=3 if mode == "minibatch" else 0, knn_k=5), dims(xa), dims(xb))
             for i in range(rank, len(sizes), world):  # simkit.engine.batches' round-robin split
                 sl = slice(starts[i], starts[i + 1])
                 acc.update([torch.as_tensor(x[sl]) for x in xa], [torch.as_tensor(y[sl]) for y in xb],
@@ -491,8 +490,7 @@ def test_rank_reduction_with_two_processes_equals_one(tmp_path):
     two = torch.load(out, weights_only=False)
     xa, xb = [x.astype(np.float32) for x in XA], [y.astype(np.float32) for y in XB]
     for mode, parts in two.items():
-        one = feed(make_accumulator(list(parts), mode, dims(xa), dims(xb), null=3 if mode == "minibatch" else 0,
-                                    knn_k=5), xa, xb, sizes).compute()
+        one = feed(make_accumulator(CompareSettings(metrics=list(parts), mode=mode, null=3 if mode == "minibatch" else 0, knn_k=5), dims(xa), dims(xb)), xa, xb, sizes).compute()
         for m in parts:
             for key in one[m]:  # float32 inputs, yet equal to float64 rounding: the split changes no product
                 np.testing.assert_allclose(parts[m][key], one[m][key], rtol=0, atol=1e-12, err_msg=f"{mode} {m} {key}")
@@ -511,7 +509,7 @@ def test_layer_constant_up_to_float32_rounding_is_constant(mode, metric):
     rounded = (sums[:, None] + torch.tensor([0.5, -2.0, 7.0, 1e3])).numpy().astype(np.float32)
     small = (1.0 + 1e-3 * np.random.default_rng(0).normal(size=(N, 6))).astype(np.float32)
     xb = [x.astype(np.float32) for x in XB]
-    acc = feed(make_accumulator([metric], mode, [4, 6], dims(xb), names_a=["rounded", "small"]),
+    acc = feed(make_accumulator(CompareSettings(metrics=[metric], mode=mode, null=0), [4, 6], dims(xb), names_a=["rounded", "small"]),
                [rounded, small], xb, [8, 8, 7])
     with pytest.warns(RuntimeWarning, match="constant layer.*rounded"):
         out = acc.compute()

@@ -8,18 +8,17 @@ pair's accumulators, reduce over ranks, and assemble one kind of result whicheve
 - ``capture(model, data, out, ...)`` writes an activation cache (``simkit.engine.caches``).
 
 Parts: ``batches`` (data of any form → global batches strided over ranks), ``sources`` (model taps,
-cache readers), ``options`` (the shared options, checked once), ``measure`` (feeding the accumulator,
+cache readers), ``measure`` (feeding the accumulator,
 rank reduction), ``assemble`` (the one result assembler).
 """
 
 from __future__ import annotations
 
-import simkit.report  # noqa: F401  (registers how results show in a notebook: simkit.results.HTML_VIEWS)
 from simkit.engine.caches import capture
 from simkit.engine.comparison import compare, compare_caches
-from simkit.engine.options import DEFAULT_METRICS, check_metrics
 from simkit.engine.sources import is_cache, iter_cache, read_manifest, select_cached_layers
 from simkit.engine.studies import study
+from simkit.metrics.settings import DEFAULT_METRICS, CompareSettings, check_metrics
 
-__all__ = ["DEFAULT_METRICS", "capture", "check_metrics", "compare", "compare_caches", "is_cache", "iter_cache",
+__all__ = ["DEFAULT_METRICS", "CompareSettings", "capture", "check_metrics", "compare", "compare_caches", "is_cache", "iter_cache",
            "read_manifest", "select_cached_layers", "study"]

@@ -1,8 +1,9 @@
 """The one result assembler of the engine: ``compare``, ``compare_caches`` and ``study`` all build their
 result here, so they record the same provenance whichever entry point is used.
 
-``meta`` always holds: ``settings`` (every option of :class:`~simkit.engine.options.EngineOptions` plus
-the entry point's own: layer selectors, reduction, output index, pairing), ``seeds`` (the permutation
+``meta`` always holds: ``settings`` (the resolved :class:`~simkit.metrics.settings.CompareSettings`, the
+device, plus the entry point's own: layer selectors, reduction, output index, pairing),
+``settings_given`` (the settings as the caller gave them, before ``validate()`` resolved them), ``seeds`` (the permutation
 seed ``null`` plus whatever the caller knows: model and data seeds, or the seeds the caches were
 captured with), ``method`` (the accumulator's ``describe()``), ``timings`` and, through
 ``simkit.runinfo.run_meta``, the command, versions and world size.
@@ -11,13 +12,14 @@ captured with), ``method`` (the accumulator's ``describe()``), ``timings`` and, 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from simkit.engine.measure import Measured
-from simkit.engine.options import EngineOptions
+from simkit.metrics.settings import CompareSettings
 from simkit.results import CompareResult, StudyResult
 from simkit.runinfo import run_meta
 
@@ -57,36 +59,45 @@ def _timings(seconds: float, measured: Measured, extra: Mapping[str, float]) -> 
             "metrics_final": round(measured.compute_seconds, 3)}
 
 
-def engine_meta(options: EngineOptions, measured: Measured, *, settings: Mapping[str, Any],
-                seeds: Mapping[str, Any], seconds: float, timings: Mapping[str, float] | None = None,
+@dataclass(frozen=True)
+class Run:
+    """What every engine result records of how it was run: the settings as given and as resolved, the
+    device, the entry point's own settings (layer selectors, reduction, pairing) and the seeds."""
+
+    given: CompareSettings
+    settings: CompareSettings
+    device: str
+    own: Mapping[str, Any]
+    seeds: Mapping[str, Any]
+
+
+def engine_meta(run: Run, measured: Measured, *, seconds: float, timings: Mapping[str, float] | None = None,
                 **fields: Any) -> dict[str, Any]:
     """``meta`` of every engine result: settings, seeds, method, timings (see the module docstring)."""
-    return run_meta(**fields, settings={**options.settings(), **settings},
-                    seeds={"null": options.seed, **seeds}, method=measured.method,
+    settings = {**run.settings.to_dict(), "device": run.device, **run.own}
+    return run_meta(**fields, settings=settings, settings_given=run.given.to_dict(),
+                    seeds={"null": run.settings.seed, **run.seeds}, method=measured.method,
                     timings=_timings(seconds, measured, timings or {}))
 
 
-def compare_result(options: EngineOptions, measured: Measured, *, model_a: str, model_b: str, data: str,
+def compare_result(run: Run, measured: Measured, *, model_a: str, model_b: str, data: str,
                    layers_a: Sequence[str], layers_b: Sequence[str], layer_rows: Sequence[Mapping[str, Any]],
-                   settings: Mapping[str, Any], seeds: Mapping[str, Any], seconds: float,
-                   timings: Mapping[str, float] | None = None, **fields: Any) -> CompareResult:
+                   seconds: float, timings: Mapping[str, float] | None = None, **fields: Any) -> CompareResult:
     """A CompareResult (models or caches): similarity and layers tables, the contract summary, meta.
 
     layers_a/layers_b: the chosen layers (matrix rows and columns); layer_rows: one row per chosen layer
     and side (model, name, type, shape, reduction, dim)."""
     frame = similarity_frame(measured.values, layers_a, layers_b)
     layers = pd.DataFrame(list(layer_rows))
-    summary = {"model_a": model_a, "model_b": model_b, "data": data, "n": measured.rows, "mode": options.mode,
-               "metrics": list(options.metrics), "n_layers_a": len(layers_a), "n_layers_b": len(layers_b),
-               "batch_size": options.batch_size, "seconds": round(seconds, 3)}
-    meta = engine_meta(options, measured, settings=settings, seeds=seeds, seconds=seconds, timings=timings,
-                       layers=layers_meta(layers), **fields)
+    summary = {"model_a": model_a, "model_b": model_b, "data": data, "n": measured.rows,
+               "mode": run.settings.mode, "metrics": list(run.settings.metrics), "n_layers_a": len(layers_a),
+               "n_layers_b": len(layers_b), "batch_size": run.settings.batch_size, "seconds": round(seconds, 3)}
+    meta = engine_meta(run, measured, seconds=seconds, timings=timings, layers=layers_meta(layers), **fields)
     return CompareResult(summary=summary, tables={"similarity": frame, "layers": layers}, meta=meta)
 
 
-def study_result(options: EngineOptions, measured: Measured, *, labels: Sequence[str], layers: Sequence[str],
-                 models: Sequence[str], caches: Sequence[str], data: str, pairing: str,
-                 settings: Mapping[str, Any], seeds: Mapping[str, Any], seconds: float) -> StudyResult:
+def study_result(run: Run, measured: Measured, *, labels: Sequence[str], layers: Sequence[str],
+                 models: Sequence[str], caches: Sequence[str], data: str, seconds: float) -> StudyResult:
     """A StudyResult: the model × model ``study`` table, the ``models`` table, the contract summary, meta."""
     frame = similarity_frame(measured.values, labels, labels).rename(
         columns={"layer_a": "model_a", "layer_b": "model_b"})
@@ -95,9 +106,8 @@ def study_result(options: EngineOptions, measured: Measured, *, labels: Sequence
     frame.insert(3, "layer_b", frame["model_b"].map(layer_of))
     table = pd.DataFrame({"label": list(labels), "model": list(models), "layer": list(layers),
                           "cache": list(caches)})
-    summary = {"models": list(labels), "metric": options.metrics[0], "metrics": list(options.metrics),
-               "pairing": pairing, "data": data, "n": measured.rows, "mode": options.mode,
-               "seconds": round(seconds, 3)}
-    meta = engine_meta(options, measured, settings={"pairing": pairing, **settings}, seeds=seeds,
-                       seconds=seconds, caches=list(caches))
+    metrics = list(run.settings.metrics)
+    summary = {"models": list(labels), "metric": metrics[0], "metrics": metrics, "pairing": run.own["pairing"],
+               "data": data, "n": measured.rows, "mode": run.settings.mode, "seconds": round(seconds, 3)}
+    meta = engine_meta(run, measured, seconds=seconds, caches=list(caches))
     return StudyResult(summary=summary, tables={"study": frame, "models": table}, meta=meta)

@@ -19,8 +19,8 @@ import torch
 import torch.distributed as dist
 
 from simkit import distributed
-from simkit.engine.options import EngineOptions
 from simkit.errors import SimkitError
+from simkit.metrics.settings import CompareSettings
 from simkit.metrics.streaming import Accumulator, make_accumulator
 from simkit.progress import progress_bar
 
@@ -92,11 +92,12 @@ def compute_with_progress(accumulator: Accumulator, progress: bool) -> dict[str,
             bar.stop()
 
 
-def measure(activations: Iterable[Activations], options: EngineOptions, *, names_a: Sequence[str] | None = None,
-            names_b: Sequence[str] | None = None, progress: bool = False) -> Measured:
+def measure(activations: Iterable[Activations], settings: CompareSettings, device: torch.device, *,
+            names_a: Sequence[str] | None = None, names_b: Sequence[str] | None = None,
+            progress: bool = False) -> Measured:
     """Feed every ``(index, acts_a, acts_b)`` batch to one accumulator, reduce over ranks, compute.
 
-    The accumulator is created from the first batch's widths with ``options``; ``names_*`` name the
+    The accumulator is created from the first batch's widths with ``settings`` (validated); ``names_*`` name the
     layers in warnings and errors. On a rank that got no batch it is created from another rank's widths
     (every rank joins the reductions). ``progress``: a bar per long step after the last batch (the
     neighbour searches, the permutations of a null), as the engine shows the batches.
@@ -107,8 +108,7 @@ def measure(activations: Iterable[Activations], options: EngineOptions, *, names
     rows = 0
 
     def build(da: list[int], db: list[int]) -> Accumulator:
-        return make_accumulator(options.metrics, options.mode, da, db, names_a=names_a, names_b=names_b,
-                                **options.accumulator_options())
+        return make_accumulator(settings, da, db, names_a=names_a, names_b=names_b)
 
     for index, acts_a, acts_b in activations:
         if accumulator is None:
@@ -116,7 +116,7 @@ def measure(activations: Iterable[Activations], options: EngineOptions, *, names
             dims_b = [int(b.shape[1]) for b in acts_b]
             accumulator = build(dims_a, dims_b)
         # global batches hold batch_size rows (all but the last), so the batch's first sample is index·batch_size
-        accumulator.update(acts_a, acts_b, batch_index=index, row_offset=index * options.batch_size)
+        accumulator.update(acts_a, acts_b, batch_index=index, row_offset=index * settings.batch_size)
         rows += int(acts_a[0].shape[0])
     if distributed.is_distributed():
         widths = distributed.all_gather_objects((dims_a, dims_b) if accumulator is not None else None)
@@ -125,12 +125,12 @@ def measure(activations: Iterable[Activations], options: EngineOptions, *, names
             if dims_a:
                 accumulator = build(dims_a, dims_b)
         if accumulator is not None:
-            reduce_over_ranks(accumulator, options.device)
+            reduce_over_ranks(accumulator, device)
         total = torch.tensor([rows], dtype=torch.float64)
         rows = int(distributed.all_reduce_sum(total).item())
     if accumulator is None:
         raise SimkitError("the data yielded no samples; check `data` and `n`")
-    if "unbiased_cka" in options.metrics and rows < 4:
+    if "unbiased_cka" in settings.metrics and rows < 4:
         raise SimkitError(f"unbiased CKA needs at least 4 samples, got {rows}; raise `n`")
     start = time.perf_counter()
     values = compute_with_progress(accumulator, progress)

@@ -23,10 +23,12 @@ from safetensors import safe_open
 from torch import nn
 
 from simkit import distributed
-from simkit.engine.batches import Batch, rebatch
+from simkit.engine.batches import Batch, count_rows, global_batches, rebatch, steps
 from simkit.errors import SimkitError, unknown_name_error
 from simkit.forward import eval_mode, float_dtype, forward_error, run_model
 from simkit.layers import record_layers
+from simkit.metrics.settings import CompareSettings
+from simkit.progress import progress_bar
 
 FORMAT = "simkit-activations/1"
 MANIFEST = "manifest.json"
@@ -102,6 +104,64 @@ class Tap:
                          "shape": "x".join(str(s) for s in shape[1:]) if shape is not None else "",
                          "reduction": self.recorder.reductions.get(name, ""), "dim": dim})
         return rows
+
+
+class TapPair:
+    """Both models of a comparison tapped together: their chosen layers batch by batch, as the engine's
+    ``(global index, acts_a, acts_b)`` stream. One model against itself (``shared``) uses one set of
+    hooks and one forward pass per batch for both sides."""
+
+    def __init__(self, model_a: nn.Module, model_b: nn.Module, layers_a: list[str], layers_b: list[str],
+                 names: tuple[str, str], *, reduce: str, output_index: Any, device: torch.device, shared: bool):
+        self.layers_a, self.layers_b, self.shared = layers_a, layers_b, shared
+        self.union = layers_a + [name for name in layers_b if name not in layers_a] if shared else layers_a
+        self._stack = ExitStack()
+        try:
+            self.a = self._stack.enter_context(Tap(model_a, self.union, names[0], reduce=reduce,
+                                                   output_index=output_index, device=device))
+            self.b = self.a if shared else self._stack.enter_context(
+                Tap(model_b, layers_b, names[1], reduce=reduce, output_index=output_index, device=device))
+        except BaseException:
+            self._stack.close()
+            raise
+
+    def __enter__(self) -> TapPair:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def step(self, batch: Batch, batch_b: Batch) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Both sides' activations of one batch (``batch_b``: B's form of the same samples)."""
+        if self.shared:
+            acts = dict(zip(self.union, self.a.step(batch), strict=True))
+            return [acts[name] for name in self.layers_a], [acts[name] for name in self.layers_b]
+        return self.a.step(batch), self.b.step(batch_b)
+
+    def activations(self, data: Any, data_b: Any, settings: CompareSettings, progress: bool) -> Iterator[
+            tuple[int, list[torch.Tensor], list[torch.Tensor]]]:
+        """This rank's ``(global index, acts_a, acts_b)`` batches of ``data`` (and ``data_b`` for B), with a
+        progress bar; ``settings``: the validated CompareSettings (batch size, n, mode)."""
+        bar = progress_bar(progress)
+        task = bar.add_task(f"compare ({settings.mode})", total=steps(count_rows(data), settings.n,
+                                                                         settings.batch_size))
+        where = {"rank": distributed.rank(), "world_size": distributed.world_size()}
+        with bar:
+            stream = global_batches(data, settings.batch_size, settings.n, **where)
+            stream_b = None if data_b is None else global_batches(data_b, settings.batch_size, settings.n, **where)
+            for index, batch in stream:
+                batch_b = batch if stream_b is None else next(stream_b)[1]
+                yield (index, *self.step(batch, batch_b))
+                bar.advance(task, distributed.world_size())
+
+    def layer_rows(self, measured: Any) -> list[dict[str, Any]]:
+        """The ``layers`` table's rows of both sides (``measured``: the engine's Measured, for the widths)."""
+        return (self.a.layer_rows("a", measured.dims_a, self.layers_a)
+                + self.b.layer_rows("b", measured.dims_b, self.layers_b))
+
+    def forward_seconds(self) -> float:
+        """Seconds spent in the models' forward passes."""
+        return self.a.forward_seconds + (0.0 if self.shared else self.b.forward_seconds)
 
 
 # ---------------------------------------------------------------------------------------- cache readers

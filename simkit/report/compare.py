@@ -11,25 +11,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from simkit.catalog import MEASURES, colour_bounds
 from simkit.report.figures import heatmap_svg, html_table, line_plot
 
-# Metrics whose values live in [0, 1]: their heatmaps share that colour range (widened if needed).
-_UNIT_METRICS = {"linear_cka", "unbiased_cka", "rbf_cka", "mutual_knn", "procrustes", "cca", "svcca", "pwcca",
-                 "jaccard_knn"}
-# Angular distances in [0, π/2]: lower is more similar (best match = minimum; the null's p95 is no threshold).
-_DISTANCE_METRICS = {"procrustes_angle", "shape_metric"}
-_NOTES = {
-    "ridge_r2": "ridge_r2 is directional: each row (a layer of A) predicts a column (a layer of B) by "
-                "cross-validated ridge regression, so the matrix is not symmetric; swap the models for the "
-                "other direction. 1 is a perfect prediction, 0 no better than the mean, negative worse.",
-    "pwcca": "pwcca weights the canonical correlations by the narrower layer of each pair (the layer of A "
-             "when both are equally wide, so then it is not symmetric).",
-    "procrustes_angle": "procrustes_angle is an angular distance in [0, π/2]: 0 is identical up to rotation "
-                        "and scale; best matches are the smallest values.",
-    "shape_metric": "shape_metric is netrep's angular shape distance in [0, π/2] (lower is more similar); "
-                    "best matches are the smallest values.",
-    "rsa": "rsa compares the layers' dissimilarity matrices over all samples; its value is in [-1, 1].",
-}
+
+def _is_distance(metric: str) -> bool:
+    """True for a distance (lower is more similar: best match = minimum; the null's p95 is no threshold)."""
+    return metric in MEASURES and not MEASURES[metric].similarity
+
 
 _SUMMARY_LABELS = {
     "model_a": "model A", "model_b": "model B", "data": "data", "n": "samples (n)", "mode": "mode",
@@ -57,16 +46,15 @@ def _text(value: Any) -> str:
 
 
 def colour_range(metric: str, values: np.ndarray) -> tuple[float | None, float | None]:
-    """[0, 1] for bounded metrics (stretched to include any value outside it); data range otherwise."""
-    if metric in _DISTANCE_METRICS:
-        finite = values[np.isfinite(values)]
-        return 0.0, max(float(np.pi / 2), float(finite.max()) if finite.size else 0.0)
-    if metric not in _UNIT_METRICS:
+    """The catalogue's range for bounded metrics (stretched to include any value outside it); the data
+    range otherwise."""
+    lo, hi = colour_bounds(metric)
+    if lo is None or hi is None:
         return None, None
     finite = values[np.isfinite(values)]
     if not finite.size:
-        return 0.0, 1.0
-    return min(0.0, float(finite.min())), max(1.0, float(finite.max()))
+        return lo, hi
+    return min(lo, float(finite.min())), max(hi, float(finite.max()))
 
 
 def null_matrix(result, metric: str, column: str) -> pd.DataFrame | None:
@@ -93,7 +81,7 @@ def best_matches(matrices: dict[str, pd.DataFrame], nulls: dict[str, pd.DataFram
             if not np.isfinite(row).any():
                 cells.append({"layer_b": "n/a", "value": float("nan"), "null_p95": None, "above_null": None})
                 continue
-            distance = metric in _DISTANCE_METRICS
+            distance = _is_distance(metric)
             j = int(np.nanargmin(row) if distance else np.nanargmax(row))
             null = None if distance else nulls.get(metric)
             p95 = float(null.iloc[i, j]) if null is not None else None
@@ -118,7 +106,7 @@ def null_band(table: pd.DataFrame, metrics: list[str]) -> list[dict]:
             "null_p95_mean": float(rows["null_p95"].mean()),
             "null_p95_max": float(rows["null_p95"].max()),
             # a distance is similar when small: its count above the p95 would mislead, so none is given
-            "above": None if metric in _DISTANCE_METRICS else int((finite["value"] > finite["null_p95"]).sum()),
+            "above": None if _is_distance(metric) else int((finite["value"] > finite["null_p95"]).sum()),
             "pairs": len(rows),
         })
     return out
@@ -184,9 +172,9 @@ def findings(summary: dict[str, Any], matrices: dict[str, pd.DataFrame], band: l
     values = frame.to_numpy(dtype=float, na_value=np.nan)
     if not np.isfinite(values).any():
         return [f"Every {metric} value is undefined (NaN): the chosen layers are constant on this data."]
-    i, j = np.unravel_index(np.nanargmax(values) if metric not in _DISTANCE_METRICS else np.nanargmin(values),
+    i, j = np.unravel_index(np.nanargmax(values) if not _is_distance(metric) else np.nanargmin(values),
                             values.shape)
-    word = "lowest" if metric in _DISTANCE_METRICS else "highest"
+    word = "lowest" if _is_distance(metric) else "highest"
     out = [f"{metric} between {summary.get('model_a', 'A')} and {summary.get('model_b', 'B')} on "
            f"{summary.get('data', 'the data')} (n = {summary.get('n', '?')}, {summary.get('mode', '?')} mode"
            f"{', ' + reductions if reductions else ''}) averages {_f(float(np.nanmean(values)))} over "
@@ -272,7 +260,7 @@ def context(result) -> dict[str, Any]:
         matrices[metric] = frame
         null = nulls[metric] = null_matrix(result, metric, "null_p95")
         null_means[metric] = null_matrix(result, metric, "null_mean")
-        if metric in _DISTANCE_METRICS:  # a distance is significant below its null, not above p95
+        if _is_distance(metric):  # a distance is significant below its null, not above p95
             null = None
         vmin, vmax = colour_range(metric, frame.to_numpy(dtype=float, na_value=np.nan))
         heatmaps.append({
@@ -293,7 +281,7 @@ def context(result) -> dict[str, Any]:
         "model_a": model_a,
         "model_b": model_b,
         "metrics": metrics,
-        "notes": [_NOTES[m] for m in metrics if m in _NOTES],
+        "notes": [MEASURES[m].note for m in metrics if m in MEASURES and MEASURES[m].note],
         "heatmaps": heatmaps,
         "best": best,
         "best_plot": best_match_plot(best, metrics, null_means, nulls) if best else None,

@@ -2,7 +2,7 @@
 
 One call builds the accumulator the engine feeds (spec §0.1–0.3)::
 
-    acc = make_accumulator(["linear_cka", "unbiased_cka"], "minibatch", dims_a, dims_b)
+    acc = make_accumulator(CompareSettings(metrics=["linear_cka", "unbiased_cka"]), dims_a, dims_b)
     for index, (acts_a, acts_b) in batches:  # acts_a: list of (b, p_i) tensors, acts_b: list of (b, q_j)
         acc.update(acts_a, acts_b, batch_index=index)
     # under torchrun the engine combines the ranks here (simkit.engine; see "Distributed" below)
@@ -110,27 +110,23 @@ Every product depends on its batch alone, so 1 and N processes agree to float64 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from simkit.errors import SimkitError, unknown_name_error
-from simkit.metrics.settings import MeasureSettings, measure_settings
-from simkit.metrics.shape import SHAPE_MEASURES
-from simkit.metrics.streaming.common import KINDS, Names, Part, PhaseProgress, Values, check_batch
+from simkit.catalog import GRAM_KINDS, METRICS, STRATEGIES, strategy
+from simkit.errors import SimkitError
+from simkit.metrics.settings import MODES, CompareSettings
+from simkit.metrics.streaming.common import Names, Part, PhaseProgress, Values, check_batch
 from simkit.metrics.streaming.features import FeaturePart, feature_path_bytes
 from simkit.metrics.streaming.folds import FoldPart, fold_path_bytes
 from simkit.metrics.streaming.minibatch import MinibatchPart
 from simkit.metrics.streaming.stored import StoredPart
 
-__all__ = ["KINDS", "METRICS", "MODES", "Accumulator", "feature_path_bytes", "fold_path_bytes", "make_accumulator"]
-
-METRICS = ("linear_cka", "unbiased_cka", "rbf_cka", "mutual_knn", *SHAPE_MEASURES, "rsa", "ridge_r2",
-           "jaccard_knn")
-MODES = ("exact", "minibatch")
+__all__ = ["GRAM_KINDS", "METRICS", "MODES", "Accumulator", "feature_path_bytes", "fold_path_bytes",
+           "make_accumulator"]
 
 
 class Accumulator:
@@ -233,86 +229,69 @@ class Accumulator:
         return {m: out[m] for m in self.metrics}
 
 
-def make_accumulator(metrics: Sequence[str], mode: str, dims_a: Sequence[int], dims_b: Sequence[int], *,
-                     null: int = 0, seed: int = 0, rbf_factor: float = 1.0, knn_k: int = 10,
-                     memory_budget_bytes: int = 2**30, max_stored_n: int = 50_000,
+def make_accumulator(settings: CompareSettings, dims_a: Sequence[int], dims_b: Sequence[int], *,
                      names_a: Sequence[str] | None = None, names_b: Sequence[str] | None = None,
-                     shape_alpha: float = 0.5, cca_eps: float = 0.0, svcca_keep: float = 0.99,
-                     ridge_lambda: float = 1e-2, ridge_folds: int = 5, rsa_distance: str = "correlation",
-                     rsa_compare: str = "spearman") -> Accumulator:
-    """An accumulator of ``metrics`` for layers of widths ``dims_a`` (model A) × ``dims_b`` (model B).
+                     max_stored_n: int = 50_000) -> Accumulator:
+    """An accumulator of ``settings.metrics`` for layers of widths ``dims_a`` (model A) × ``dims_b`` (model B).
 
-    mode: ``"exact"`` (full-data values) or ``"minibatch"`` (Nguyen et al.'s averaged HSIC streams; the
-    measures other than CKA are always full-data). null: K permutations of B's samples for a null
-    distribution (0: none). names_*: layer names used in warnings and errors (default ``A[i]``, ``B[j]``).
-    shape_alpha ... rsa_compare: the settings of the other measures (:class:`~simkit.metrics.settings.
-    MeasureSettings`). Paths and their memory: module docstring.
+    settings: :class:`~simkit.metrics.settings.CompareSettings` (validated here unless it already is): the
+    mode (``"exact"`` full-data values, or ``"minibatch"``, Nguyen et al.'s averaged HSIC streams; the
+    measures other than CKA are always full-data), the null (K permutations of B's samples, 0: none), its
+    seed, the memory budget and the measures' own settings. names_*: layer names used in warnings and
+    errors (default ``A[i]``, ``B[j]``). Paths and their memory: module docstring.
     """
-    metrics = list(dict.fromkeys(metrics))
-    for m in metrics:
-        if m not in METRICS:
-            raise unknown_name_error("metric", m, METRICS, "valid: " + ", ".join(METRICS))
-    if not metrics:
-        raise SimkitError("no metric chosen; pass at least one of " + ", ".join(METRICS) + " in `metrics`")
-    if mode not in MODES:
-        raise SimkitError(f"unknown `mode` {mode!r}; choose exact or minibatch")
+    if not isinstance(settings, CompareSettings):
+        raise SimkitError(f"`settings` must be a CompareSettings, got {type(settings).__name__}")
+    settings = settings.validate()
     dims_a, dims_b = [int(d) for d in dims_a], [int(d) for d in dims_b]
     if not dims_a or not dims_b or min(dims_a + dims_b) < 1:
         raise SimkitError(f"every model needs at least one layer of width >= 1, got {dims_a} and {dims_b}")
-    if int(null) != null or null < 0:
-        raise SimkitError(f"`null` must be 0 or a positive number of permutations, got {null!r}")
-    if not (math.isfinite(rbf_factor) and rbf_factor > 0):
-        raise SimkitError(f"`rbf_factor` must be a positive number, got {rbf_factor!r}")
-    if int(knn_k) != knn_k or knn_k < 1:
-        raise SimkitError(f"`knn_k` must be a positive integer, got {knn_k!r}; the default is 10")
-    settings = measure_settings(shape_alpha=shape_alpha, cca_eps=cca_eps, svcca_keep=svcca_keep,
-                                ridge_lambda=ridge_lambda, ridge_folds=ridge_folds, rsa_distance=rsa_distance,
-                                rsa_compare=rsa_compare)
-    return _build(metrics, mode, dims_a, dims_b, int(null), seed, float(rbf_factor), int(knn_k),
-                  int(memory_budget_bytes), int(max_stored_n), Names(names_a, names_b, len(dims_a), len(dims_b)),
-                  settings)
+    names = Names(names_a, names_b, len(dims_a), len(dims_b))
+    return Accumulator(_parts(settings, dims_a, dims_b, names, int(max_stored_n)), list(settings.metrics),
+                       dims_a, dims_b)
 
 
-def _build(metrics: list[str], mode: str, dims_a: list[int], dims_b: list[int], null: int, seed: int,
-           rbf_factor: float, knn_k: int, budget: int, max_stored_n: int, names: Names,
-           settings: MeasureSettings) -> Accumulator:
-    """The parts of an accumulator (which path each metric takes, module docstring)."""
-    cka = [m for m in metrics if m in KINDS]
-    stored = [m for m in metrics if m == "mutual_knn"]
-    reasons = {"mutual_knn": "k-NN needs all samples"}
+def _stored_reason(name: str, settings: CompareSettings, needed: int, what: str) -> str:
+    """Why ``name`` takes the stored path: its own nature, a permutation null, or the memory budget."""
+    if strategy(name, settings.mode) == "stored":
+        return _STORED_REASONS[name]
+    if settings.null:
+        return "a permutation null needs stored activations"
+    return f"{what} need {needed} bytes > memory_budget_bytes={settings.memory_budget_bytes}"
+
+
+_STORED_REASONS = {"mutual_knn": "k-NN needs all samples", "jaccard_knn": "k-NN needs all samples",
+                   "rsa": "RDMs need all samples", "rbf_cka": "RBF kernels need all samples"}
+
+
+def _parts(settings: CompareSettings, dims_a: list[int], dims_b: list[int], names: Names,
+           max_stored_n: int) -> list[Part]:
+    """The strategies of an accumulator: each metric goes to the strategy the catalogue names for its mode
+    (``simkit.catalog``), or to the stored one when its sums exceed the budget or a null is asked."""
+    null = int(settings.null or 0)  # resolved by validate()
+    routed: dict[str, list[str]] = {name: [] for name in STRATEGIES}
+    reasons: dict[str, str] = {}
+    budget = settings.memory_budget_bytes
+    sizes = {"features": (feature_path_bytes(dims_a, dims_b), "the feature-space sums"),
+             "folds": (fold_path_bytes(dims_a, dims_b, settings.ridge_folds), "the per-fold sums")}
+    for name in settings.metrics:
+        where = strategy(name, settings.mode)
+        needed, what = sizes.get(where, (0, ""))
+        if where in sizes and (settings.null or needed > budget):
+            where = "stored"
+        if where == "stored":
+            reasons[name] = _stored_reason(name, settings, needed, what)
+        routed[where].append(name)
     parts: list[Part] = []
-    feature_bytes = feature_path_bytes(dims_a, dims_b)
-    fits = feature_bytes <= budget
-    if mode == "minibatch" and cka:
-        parts.append(MinibatchPart(cka, dims_a, dims_b, null, seed, rbf_factor, names))
-    linear = [m for m in cka if m != "rbf_cka"] if mode == "exact" else []
-    shapes = [m for m in metrics if m in SHAPE_MEASURES]
-    streamed = linear + shapes
-    why = ("a permutation null needs stored activations" if null else
-           f"the feature-space sums need {feature_bytes} bytes > memory_budget_bytes={budget}")
-    if streamed and fits and not null:
-        parts.append(FeaturePart(streamed, dims_a, dims_b, names, settings, mode))
-    elif streamed:
-        reasons.update({m: why for m in streamed})
-        stored = linear + stored + shapes
-    if mode == "exact" and "rbf_cka" in cka:
-        reasons["rbf_cka"] = "RBF kernels need all samples"
-        stored = ["rbf_cka"] + stored
-    if "ridge_r2" in metrics:
-        fold_bytes = fold_path_bytes(dims_a, dims_b, settings.ridge_folds)
-        if fold_bytes <= budget and not null:
-            parts.append(FoldPart(dims_a, dims_b, names, settings, mode))
-        else:
-            reasons["ridge_r2"] = ("a permutation null needs stored activations" if null else
-                                   f"the per-fold sums need {fold_bytes} bytes > memory_budget_bytes={budget}")
-            stored.append("ridge_r2")
-    if "rsa" in metrics:
-        reasons["rsa"] = "RDMs need all samples"
-        stored.append("rsa")
-    if "jaccard_knn" in metrics:
-        reasons["jaccard_knn"] = "k-NN needs all samples"
-        stored.append("jaccard_knn")
-    if stored:
-        parts.append(StoredPart(stored, mode, dims_a, dims_b, null, seed, rbf_factor, knn_k, budget, max_stored_n,
-                                names, reasons, settings))
-    return Accumulator(parts, metrics, dims_a, dims_b)
+    if routed["gram"]:
+        parts.append(MinibatchPart(routed["gram"], dims_a, dims_b, null, settings.seed,
+                                   settings.rbf_factor, names))
+    if routed["features"]:
+        parts.append(FeaturePart(routed["features"], dims_a, dims_b, names, settings, settings.mode))
+    if routed["folds"]:
+        parts.append(FoldPart(dims_a, dims_b, names, settings, settings.mode))
+    if routed["stored"]:
+        parts.append(StoredPart(routed["stored"], settings.mode, dims_a, dims_b, null, settings.seed,
+                                settings.rbf_factor, settings.knn_k, budget, max_stored_n, names, reasons,
+                                settings))
+    return parts

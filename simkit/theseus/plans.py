@@ -186,6 +186,26 @@ def resolve_plan(plan: ReplacementPlan, guide: nn.Module, run: Callable[[nn.Modu
         raise SimkitError("the replacement plan is empty; it must name at least one guide module")
     known = dict(guide.named_modules())
     candidates = [n for n in known if n]
+    claimed = _claimed(plan, known, candidates)
+
+    head = plan.head
+    leaf_with_params = [n for n, m in guide.named_modules()
+                        if n and not list(m.children()) and list(m.parameters(recurse=False))]
+    watch = set(claimed) | set(leaf_with_params) | ({head} if head else set())
+    if head is not None and head not in known:
+        raise unknown_name_error("head module", head, candidates, "set plan.head to the output layer")
+    probe = dry_run(guide, sorted(watch), run)
+
+    slots = [_slot(rep, guide, probe) for rep in plan.replacements]
+    slots.sort(key=lambda s: probe.order.index(s.site))
+    for index, slot in enumerate(slots):
+        slot.module = _build_target(slot, probe, derive_seed(seed, "plan", index))
+    return slots, _head(head, probe, leaf_with_params, claimed)
+
+
+def _claimed(plan: ReplacementPlan, known: dict[str, nn.Module], candidates: list[str]) -> dict[str, str]:
+    """Every guide module the plan replaces → the first name of its group; unknown names, a module in two
+    replacements and a module replaced along with its submodule are errors."""
     claimed: dict[str, str] = {}
     for rep in plan.replacements:
         for name in rep.names:
@@ -201,68 +221,69 @@ def resolve_plan(plan: ReplacementPlan, guide: nn.Module, run: Callable[[nn.Modu
             if other != name and other.startswith(name + "."):
                 raise SimkitError(f"plan replaces both {name!r} and its submodule {other!r}; "
                                   "name only one of them")
+    return claimed
 
-    head = plan.head
-    leaf_with_params = [n for n, m in guide.named_modules()
-                        if n and not list(m.children()) and list(m.parameters(recurse=False))]
-    watch = set(claimed) | set(leaf_with_params) | ({head} if head else set())
-    if head is not None and head not in known:
-        raise unknown_name_error("head module", head, candidates, "set plan.head to the output layer")
-    probe = dry_run(guide, sorted(watch), run)
 
-    slots = []
-    for rep in plan.replacements:
-        for name in rep.names:
-            if name not in probe.order or name not in probe.inputs or name not in probe.outputs:
-                raise SimkitError(f"guide module {name!r} did not run on a tensor in the dry run; "
-                                  "replace a module on the forward path")
-        for a, b in zip(rep.names, rep.names[1:], strict=False):
-            if probe.outputs[a] is not probe.inputs[b]:
-                raise SimkitError(f"group {rep.names} is not a chain: the output of {a!r} is not the "
-                                  f"input of {b!r}; list consecutive modules in forward order")
-        slot = Slot(names=rep.names, in_shape=_shape(probe.inputs[rep.names[0]]),
-                    out_shape=_shape(probe.outputs[rep.names[-1]]),
-                    guide_modules=tuple(guide.get_submodule(n) for n in rep.names),
-                    factory=rep.factory, align=rep.align)
-        if slot.align not in ("output", "delta"):
-            raise SimkitError(f"replacement {slot.label!r}: align must be 'output' or 'delta', got {slot.align!r}")
-        if slot.align == "delta" and slot.in_shape != slot.out_shape:
-            raise SimkitError(f"replacement {slot.label!r} aligns on output − input but maps "
-                              f"{_fmt(slot.in_shape)} to {_fmt(slot.out_shape)}; use align='output'")
-        slots.append(slot)
-    slots.sort(key=lambda s: probe.order.index(s.site))
+def _slot(rep: Replacement, guide: nn.Module, probe: DryRun) -> Slot:
+    """The slot of one replacement, its shapes from the dry run (no target module yet); its modules must
+    have run on tensors, form a chain, and suit its ``align``."""
+    for name in rep.names:
+        if name not in probe.order or name not in probe.inputs or name not in probe.outputs:
+            raise SimkitError(f"guide module {name!r} did not run on a tensor in the dry run; "
+                              "replace a module on the forward path")
+    for a, b in zip(rep.names, rep.names[1:], strict=False):
+        if probe.outputs[a] is not probe.inputs[b]:
+            raise SimkitError(f"group {rep.names} is not a chain: the output of {a!r} is not the "
+                              f"input of {b!r}; list consecutive modules in forward order")
+    slot = Slot(names=rep.names, in_shape=_shape(probe.inputs[rep.names[0]]),
+                out_shape=_shape(probe.outputs[rep.names[-1]]),
+                guide_modules=tuple(guide.get_submodule(n) for n in rep.names),
+                factory=rep.factory, align=rep.align)
+    if slot.align not in ("output", "delta"):
+        raise SimkitError(f"replacement {slot.label!r}: align must be 'output' or 'delta', got {slot.align!r}")
+    if slot.align == "delta" and slot.in_shape != slot.out_shape:
+        raise SimkitError(f"replacement {slot.label!r} aligns on output − input but maps "
+                          f"{_fmt(slot.in_shape)} to {_fmt(slot.out_shape)}; use align='output'")
+    return slot
 
-    for index, slot in enumerate(slots):
-        if slot.factory is None:
-            raise SimkitError(f"replacement {slot.label!r} has no factory")
-        with torch.random.fork_rng(devices=[]):  # seeded per slot; the caller's RNG is left alone
-            torch.manual_seed(derive_seed(seed, "plan", index))
-            module = slot.factory(slot)
-        if not isinstance(module, nn.Module):
-            raise SimkitError(f"the plan's factory for {slot.label!r} returned {type(module).__name__}, "
-                              "not a torch.nn.Module")
-        call_args, call_kwargs = probe.args[slot.site]
-        ref = tensor_in(call_args, slot.site)
-        if ref is not None:  # built on the CPU from a seeded generator, then moved to the guide's device
-            module.to(ref.device)
-        try:
-            with torch.no_grad(), eval_mode(module):
-                out = tensor_in(module(*call_args, **call_kwargs), slot.label)
-        except SimkitError:
-            raise
-        except Exception as exc:  # a factory that built the wrong input size fails here
-            raise SimkitError(f"the target for {slot.label!r} ({type(module).__name__}) fails on the "
-                              f"guide's input of shape {_fmt(slot.in_shape)}: {type(exc).__name__}: "
-                              f"{str(exc).splitlines()[0] if str(exc) else ''}; make the factory accept "
-                              "that shape") from None
-        got = _shape(out) if out is not None else None
-        if got != slot.out_shape:
-            raise SimkitError(f"shape mismatch for {slot.label!r}: the target {type(module).__name__} "
-                              f"outputs {_fmt(got) if got is not None else 'no tensor'} but the guide "
-                              f"outputs {_fmt(slot.out_shape)} (input {_fmt(slot.in_shape)}); make the "
-                              "factory produce the guide's output shape")
-        slot.module = module
 
+def _build_target(slot: Slot, probe: DryRun, seed: int) -> nn.Module:
+    """The slot's target module, built by its factory under ``seed`` (the caller's RNG left alone), moved
+    to the guide's device and checked to map the guide's input to the guide's output shape."""
+    if slot.factory is None:
+        raise SimkitError(f"replacement {slot.label!r} has no factory")
+    with torch.random.fork_rng(devices=[]):  # seeded per slot; the caller's RNG is left alone
+        torch.manual_seed(seed)
+        module = slot.factory(slot)
+    if not isinstance(module, nn.Module):
+        raise SimkitError(f"the plan's factory for {slot.label!r} returned {type(module).__name__}, "
+                          "not a torch.nn.Module")
+    call_args, call_kwargs = probe.args[slot.site]
+    ref = tensor_in(call_args, slot.site)
+    if ref is not None:  # built on the CPU from a seeded generator, then moved to the guide's device
+        module.to(ref.device)
+    try:
+        with torch.no_grad(), eval_mode(module):
+            out = tensor_in(module(*call_args, **call_kwargs), slot.label)
+    except SimkitError:
+        raise
+    except Exception as exc:  # a factory that built the wrong input size fails here
+        raise SimkitError(f"the target for {slot.label!r} ({type(module).__name__}) fails on the "
+                          f"guide's input of shape {_fmt(slot.in_shape)}: {type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else ''}; make the factory accept "
+                          "that shape") from None
+    got = _shape(out) if out is not None else None
+    if got != slot.out_shape:
+        raise SimkitError(f"shape mismatch for {slot.label!r}: the target {type(module).__name__} "
+                          f"outputs {_fmt(got) if got is not None else 'no tensor'} but the guide "
+                          f"outputs {_fmt(slot.out_shape)} (input {_fmt(slot.in_shape)}); make the "
+                          "factory produce the guide's output shape")
+    return module
+
+
+def _head(head: str | None, probe: DryRun, leaf_with_params: list[str], claimed: dict[str, str]) -> str:
+    """The head: ``head`` as given, else the last module with parameters that ran; it must not be
+    replaced and must produce the model's output."""
     if head is None:
         ran = [n for n in probe.order if n in leaf_with_params]
         if not ran:
@@ -278,7 +299,7 @@ def resolve_plan(plan: ReplacementPlan, guide: nn.Module, run: Callable[[nn.Modu
     if head not in probe.outputs or probe.outputs[head] is not final:
         raise SimkitError(f"the head {head!r} does not produce the model's output; set plan.head to the "
                           "module whose output is the model output")
-    return slots, head
+    return head
 
 
 def install(model: nn.Module, slot: Slot, module: nn.Module | None = None) -> nn.Module:

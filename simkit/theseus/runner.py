@@ -15,18 +15,22 @@ Every training call has a unique checkpoint name (``guide``, ``<init>-<schedule>
 ``...-head``, ``...-finetune``, ``scratch``, ``kd-<init>``), so ``resume=True`` restores finished
 stages without training and continues an interrupted one bit-identically (the baselines' validation
 monitors included).
+
+Phases (each its own function, passing the objects of :mod:`simkit.theseus.context`): prepare
+(:func:`_check_arguments`, :func:`_prepare`: validate, split, plan) → :func:`_guide_phase` →
+:func:`_arms_phase` (per guide init its arms through :func:`simkit.theseus.arm.convert_arm`, then its
+distillation baseline) → :func:`_scratch_baseline` → :func:`_assemble` (tables, summary, extra, meta).
 """
 
 from __future__ import annotations
 
-import copy
+import itertools
 import math
 import time
-from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor, nn
@@ -35,102 +39,23 @@ from simkit.data import Dataset, check_finite
 from simkit.engine import compare
 from simkit.errors import SimkitError, unknown_name_error
 from simkit.forward import check_accepts, resolve_device, to_device
-from simkit.metrics.cka import linear_cka
-from simkit.metrics.losses import alignment_loss
 from simkit.results import ConvertResult
 from simkit.rundir import RunDir, fingerprint, open_run_dir
 from simkit.runinfo import Timer, run_meta
 from simkit.seeding import derive_seed
-from simkit.theseus.finetune import distill, score, train_head, train_task
+from simkit.theseus.arm import Arm, GuideView, convert_arm, recalibrate
+from simkit.theseus.context import EVAL_BATCH, Fitter, Rows, RunContext, Splits, Sweep
+from simkit.theseus.finetune import distill, score, train_task
 from simkit.theseus.modules import fresh_copy, reinitialise
-from simkit.theseus.plans import ReplacementPlan, Slot, build_target, install, resolve_plan
+from simkit.theseus.plans import ReplacementPlan, Slot, build_target, resolve_plan
 from simkit.theseus.recipes import RECIPES, block_count, find_blocks, make_plan
-from simkit.theseus.schedules import (
-    GuideCache,
-    fresh_modules,
-    guide_cache,
-    hybrid_outputs,
-    isolated_output,
-    plan_stages,
-    run_stage,
-)
-from simkit.theseus.settings import ConvertSettings, unique
+from simkit.theseus.schedules import GuideCache, guide_cache
+from simkit.theseus.settings import ConvertSettings
 from simkit.theseus.task import Inputs, Task, rows, run_model, take
-from simkit.training import TrainConfig, TrainHistory, ValidationMonitor, fit, recalibrate_batchnorm
+from simkit.training import TrainHistory, ValidationMonitor
 from simkit.training.denormals import flush_denormals
 
-CURVE_POINTS = 200  # loss-curve points kept per training phase (the full logs are in <name>.log.csv)
-EVAL_BATCH = 512  # batch size of the scores (accuracy, perplexity)
-
-AddCurve = Callable[[str, TrainHistory, dict[str, Any]], None]
-
-
-def _thin(losses: Sequence[float], points: int = CURVE_POINTS) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, losses) at most ``points`` evenly spaced steps (1-based), always keeping the last."""
-    n = len(losses)
-    if n == 0:
-        return np.zeros(0, dtype=int), np.zeros(0)
-    idx = np.unique(np.linspace(0, n - 1, min(points, n)).round().astype(int))
-    return idx + 1, np.asarray(losses, dtype=float)[idx]
-
-
-def _has_bn(model: nn.Module) -> bool:
-    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
-
-
-def recalibrate(model: nn.Module, inputs: Inputs, batch_size: int) -> None:
-    """BatchNorm running statistics recomputed on ``inputs`` (spec §1); no-op without BatchNorm."""
-    if not _has_bn(model):
-        return
-    if isinstance(inputs, dict):
-        raise SimkitError("BatchNorm recalibration needs tensor inputs; this model mixes BatchNorm with "
-                          "tokenised dict inputs")
-    recalibrate_batchnorm(model, inputs, batch_size)
-
-
-def _cka_rows(values: list[Tensor], guide: list[Tensor], slots: Sequence[Slot], replaced: set[int],
-              only: Sequence[int] | None = None,
-              loss: Callable[[Tensor, Tensor], Tensor] | None = None) -> list[dict[str, Any]]:
-    """One row per slot (or per slot in ``only``, whose values ``values`` holds in that order): linear
-    CKA (``value``) of the converted representation (n, *shape) vs the guide's, and with ``loss`` the
-    arm's alignment loss on the same rows (``loss``: what the stage minimised, on held-out data)."""
-    chosen = list(range(len(slots))) if only is None else list(only)
-    out = []
-    for x, j in zip(values, chosen, strict=True):
-        y = guide[j]
-        row = {"layer": slots[j].label, "alignment_metric": "cka",
-               "value": linear_cka(x.reshape(len(x), -1), y.reshape(len(y), -1)), "replaced": j in replaced}
-        if loss is not None:
-            with torch.no_grad():
-                row["loss"] = float(loss(x, y))
-        out.append(row)
-    return out
-
-
-FitCall = Callable[[nn.Module, Callable[..., Tensor], tuple[Tensor, ...], list[nn.Parameter]], TrainHistory]
-
-
-class _Fitter:
-    """Builds the shared-loop calls of a run: same run_dir, resume flag and seed; one name per phase."""
-
-    def __init__(self, run_dir: Path | None, resume: bool, seed: int, progress: bool, checkpoint_every: int):
-        self.run_dir, self.resume, self.seed = run_dir, resume, seed
-        self.progress, self.checkpoint_every = progress, checkpoint_every
-        self.seconds: dict[str, float] = {}
-
-    def __call__(self, name: str, **config: Any) -> FitCall:
-        cfg = TrainConfig(seed=self.seed, progress=self.progress, checkpoint_every=self.checkpoint_every,
-                          description=name, **config)
-
-        def run(model: nn.Module, loss_fn: Callable[..., Tensor], data: tuple[Tensor, ...],
-                params: list[nn.Parameter], monitor: ValidationMonitor | None = None) -> TrainHistory:
-            start = time.perf_counter()
-            history = fit(model, loss_fn, data, cfg, params=params, run_dir=self.run_dir, name=name,
-                          resume=self.resume, monitor=monitor)
-            self.seconds[name] = time.perf_counter() - start
-            return history
-
-        return run
+PlanEntry = tuple[ReplacementPlan, list[Slot], str]  # (plan, its resolved slots, head) of one rank
 
 
 @flush_denormals()  # denormals made prototype runs up to 10x slower on CPU; restored on return
@@ -159,6 +84,56 @@ def convert(guide: nn.Module, data: Dataset, settings: ConvertSettings | None = 
     timer = Timer()
     if settings is None:
         settings = ConvertSettings()
+    sweep = _check_arguments(guide, data, settings, plan)
+    device = resolve_device(device)
+    inputs = _run_inputs(guide, data, settings, run_dir)
+    prep = _prepare(guide, data, settings, plan, sweep.ranks, device, timer)
+    if inputs and plan is not None:  # a plan object: what it builds is part of the inputs
+        inputs["plan_targets"] = fingerprint([[list(sl.names), sl.align, fingerprint(sl.target)]
+                                              for sl in prep.slots])
+
+    # validated: from here on the run directory is this run's
+    opened = open_run_dir(run_dir, "convert", inputs, resume=resume)
+    if opened is not None:
+        opened.start()
+    fitter = Fitter(opened.path if opened else None, opened.resume if opened else False, settings.seed,
+                    progress, checkpoint_every)
+    ctx = RunContext(settings, sweep, prep.task, prep.splits, fitter, timer, device)
+    rows_, outcome = Rows(prep.task.score), _Outcome()
+    _guide_phase(ctx, guide, rows_, outcome)
+    _arms_phase(ctx, guide, prep, rows_, outcome)
+    outcome.scratch_score = _scratch_baseline(ctx, _Student(guide, prep.slots), rows_)
+    names = (guide_name or type(guide).__name__, data_name or prep.data.spec)
+    return _assemble(ctx, prep, rows_, outcome, names)
+
+
+# ------------------------------------------------------------------------------------------- prepare
+
+@dataclass
+class _Prepared:
+    """The validated inputs of a run: the data as used (capped), its task and device tensors, the plan of
+    every rank and the recipe as recorded (``plan:<file>`` for a plan)."""
+
+    data: Dataset
+    task: Task
+    splits: Splits
+    plans: dict[int, PlanEntry]
+    recipe: str | None
+
+    @property
+    def first(self) -> PlanEntry:
+        """The plan of the first rank (the baselines' architecture, the slots of the tables)."""
+        return next(iter(self.plans.values()))
+
+    @property
+    def slots(self) -> list[Slot]:
+        """The first rank's resolved slots."""
+        return self.first[1]
+
+
+def _check_arguments(guide: nn.Module, data: Dataset, settings: ConvertSettings,
+                     plan: ReplacementPlan | dict[Any, Any] | None) -> Sweep:
+    """The settings validated, the argument types and the plan/recipe choice checked; returns the arms."""
     settings.validate()
     if not isinstance(guide, nn.Module):
         raise SimkitError(f"`guide` must be a torch.nn.Module, got {type(guide).__name__}; load a spec with "
@@ -171,20 +146,28 @@ def convert(guide: nn.Module, data: Dataset, settings: ConvertSettings | None = 
                           "(simkit.theseus.load_plan_file(text, guide)) as `plan`")
     if plan is None and settings.recipe is None:
         raise unknown_name_error("recipe", "None", RECIPES, "or pass a `plan`")
-    seed = settings.seed
-    schedules, metrics = unique(settings.schedule), unique(settings.metric)
-    guide_inits, baselines = unique(settings.guide_init), unique(settings.baselines)
-    ranks = settings.ranks
-    if plan is not None and len(ranks) > 1:
-        raise SimkitError(f"a rank sweep (`rank` {ranks}) needs a recipe; a plan fixes its own target modules")
-    losses = {m: alignment_loss(m) for m in metrics}
-    device = resolve_device(device)
-    head_epochs = settings.effective_head_epochs
-    # what a Python caller's run directory is tied to (the CLI passes a RunDir made from spec strings)
-    inputs: dict[str, Any] = {}
-    if run_dir is not None and not isinstance(run_dir, RunDir):
-        inputs = {**settings.to_dict(), "guide": fingerprint(guide), "data": fingerprint(data)}
+    sweep = Sweep.of(settings)
+    if plan is not None and sweep.sweeps_ranks:
+        raise SimkitError(f"a rank sweep (`rank` {sweep.ranks}) needs a recipe; a plan fixes its own target "
+                          "modules")
+    sweep.resolve_losses()
+    return sweep
 
+
+def _run_inputs(guide: nn.Module, data: Dataset, settings: ConvertSettings,
+                run_dir: RunDir | str | Path | None) -> dict[str, Any]:
+    """What a Python caller's run directory is tied to (the CLI passes a RunDir made from spec strings)."""
+    if run_dir is not None and not isinstance(run_dir, RunDir):
+        return {**settings.to_dict(), "guide": fingerprint(guide), "data": fingerprint(data)}
+    return {}
+
+
+def _prepare(guide: nn.Module, data: Dataset, settings: ConvertSettings,
+             plan: ReplacementPlan | dict[Any, Any] | None, ranks: list[int], device: torch.device,
+             timer: Timer) -> _Prepared:
+    """The guide moved to ``device``; the data capped, split (train − validation, test) and moved; the
+    plan of every rank resolved by a dry run of the guide."""
+    seed = settings.seed
     with timer("load"):
         guide.to(device)
         data = data.cap(settings.n)  # `n` means the same for every Dataset: cap, then split
@@ -192,226 +175,45 @@ def convert(guide: nn.Module, data: Dataset, settings: ConvertSettings | None = 
         train_all, test = data.train_test(seed=seed)
         train, val = split_validation(train_all, settings.val_fraction, seed)
         task = Task.infer(train.inputs, train.labels)
-        train_x, test_x = to_device(train.inputs, device), to_device(test.inputs, device)
-        train_t = task.targets(train_x, train.labels).to(device)
-        test_t = task.targets(test_x, test.labels).to(device)
-        val_x: Inputs | None = None
-        val_t: Tensor | None = None
-        if val is not None:
-            val_x = to_device(val.inputs, device)
-            val_t = task.targets(val_x, val.labels).to(device)
-        eval_x = take(test_x, slice(0, min(settings.eval_samples, rows(test_x))))
-        if rows(train_x) < 4 or rows(eval_x) < 4:
-            raise SimkitError(f"conversion needs at least 4 training and 4 test samples, got "
-                              f"{rows(train_x)} and {rows(eval_x)}; raise `n`")
-
+        splits = _splits(task, (train, test, val), settings.eval_samples, device)
     with timer("plan"):
-        sample = take(train_x, slice(0, min(4, rows(train_x))))
-        check_accepts(guide, sample, "the guide")
-        plans: dict[int, tuple[Any, list[Slot], str]] = {}
-        for rank in ranks:
-            plan_obj = ReplacementPlan.coerce(plan) if plan is not None else make_plan(
-                settings.recipe, guide, rank=rank, group=settings.group, cell=settings.cell, seed=seed)
-            slots_r, head_r = resolve_plan(plan_obj, guide, lambda m: run_model(m, sample), seed=seed)
-            plans[rank] = (plan_obj, list(slots_r), head_r)
-    plan_obj, slots, head = plans[ranks[0]]
-    if inputs and plan is not None:  # a plan object: what it builds is part of the inputs
-        inputs["plan_targets"] = fingerprint([[list(sl.names), sl.align, fingerprint(sl.target)]
-                                              for sl in slots])
-
-    # validated: from here on the run directory is this run's
-    opened = open_run_dir(run_dir, "convert", inputs, resume=resume)
-    if opened is not None:
-        opened.start()
-    fitter = _Fitter(opened.path if opened else None, opened.resume if opened else False, seed, progress,
-                     checkpoint_every)
-    s = task.score
-    ft: dict[str, Any] = dict(batch_size=settings.finetune_batch_size, lr=settings.effective_finetune_lr,
-                              scheduler="cosine")
-    per_epoch = -(-rows(train_x) // settings.finetune_batch_size)
-    validation: list[dict[str, Any]] = []
-
-    def monitor(patience: int | None = None, min_steps: int = 0, lr_patience: int | None = None,
-                model: nn.Module | None = None) -> ValidationMonitor | None:
-        """Scores ``model`` on the validation split once per epoch (None without a validation split)."""
-        if val_x is None or val_t is None or model is None:
-            return None
-        target = model
-        return ValidationMonitor(lambda: score(target, task, val_x, val_t, EVAL_BATCH), per_epoch,
-                                 patience=patience, min_steps=min_steps, lr_patience=lr_patience,
-                                 higher_is_better=task.higher_is_better)
-
-    def add_validation(phase: str, mon: ValidationMonitor | None, labels: dict[str, Any]) -> None:
-        if mon is not None:
-            validation.extend({**labels, "phase": phase, "step": a, f"val_{s}": b} for a, b in mon.scores)
-
-    guide_steps = 0
-    guide_stopped = ""
-    if settings.train_guide:
-        with timer("guide"):
-            mon = monitor(model=guide)
-            hist = train_task(guide, task, (train_x, train_t),
-                              fitter("guide", epochs=settings.train_guide, **{**ft, "lr": settings.effective_guide_lr}),
-                              monitor=mon)
-            guide_steps, guide_stopped = hist.steps, hist.stopped
-            add_validation("guide", mon, {"schedule": "", "metric": "", "guide_init": "trained", "rank": ranks[0]})
-    guide.eval()
-    for p in guide.parameters():
-        p.requires_grad_(False)
-    guide_val = score(guide, task, val_x, val_t, EVAL_BATCH) if val_x is not None and val_t is not None else None
-
-    runs: list[dict[str, Any]] = []
-    stage_rows: list[dict[str, Any]] = []
-    stage_summary: list[dict[str, Any]] = []
-    curves: list[dict[str, Any]] = []
-    baseline_rows: list[dict[str, Any]] = []
-    batch_size = settings.batch_size
-
-    def add_curve(phase: str, history: TrainHistory, labels: dict[str, Any]) -> None:
-        steps, values = _thin(history.losses)
-        curves.extend({**labels, "phase": phase, "step": int(a), "loss": float(b)}
-                      for a, b in zip(steps, values, strict=True))
-
-    def train_baseline(kind: str, gi: str, min_steps: int, logits: Tensor | None) -> float:
-        """Scratch or distillation with a fair budget: the fine-tuning recipe (AdamW, cosine decay) for
-        max(``min_steps`` — the longest conversion arm —, ``baseline_epochs``) optimizer steps, the
-        weights of the best validation epoch kept; returns its test score."""
-        name = "scratch" if kind == "scratch" else f"kd-{gi}"
-        labels = {"schedule": "", "metric": "", "guide_init": "" if kind == "scratch" else gi, "rank": ranks[0]}
-        with timer(name):
-            student = reinitialise(build_target(guide, slots), derive_seed(seed, kind))
-            epochs = min(settings.baseline_epochs, settings.baseline_max_epochs)
-            steps = max(min_steps, int(math.ceil(epochs * per_epoch)))
-            mon = monitor(model=student)
-            fit_b = fitter(name, steps=steps, **ft)
-            if kind == "scratch":
-                hist = train_task(student, task, (train_x, train_t), fit_b, monitor=mon)
-            else:
-                if logits is None:
-                    raise SimkitError("internal: logit distillation needs the guide's logits cache")
-                hist = distill(student, task, train_x, logits, fit_b, settings.kd_temperature, monitor=mon)
-            test_score = score(student, task, test_x, test_t, EVAL_BATCH)
-        add_curve(name, hist, labels)
-        add_validation(name, mon, labels)
-        best_step = mon.best_step if mon is not None else hist.steps
-        # still improving: the best validation epoch lies within the last `baseline_patience` epochs
-        improving = mon is not None and best_step > hist.steps - settings.baseline_patience * per_epoch
-        baseline_rows.append({"baseline": kind, "guide_init": labels["guide_init"], "steps": hist.steps,
-                              "min_steps": min_steps, "stopped": hist.stopped, "best_step": best_step,
-                              "still_improving": improving,
-                              f"val_{s}": mon.best if mon is not None else None, f"test_{s}": test_score,
-                              "seconds": round(timer.seconds.get(name, 0.0), 2)})
-        return test_score
-
-    primary = None
-    cache: GuideCache | None = None
-    kd_scores: dict[str, float] = {}
-    for gi in guide_inits:
-        g = guide if gi == "trained" else _random_guide(guide, seed, train_x, batch_size)
-        guide_score = score(g, task, test_x, test_t, EVAL_BATCH)
-        first_of_init = len(runs)
-        logits: Tensor | None = None
-        for rank in ranks:
-            _, slots_r, head_r = plans[rank]
-            with timer(f"cache-{gi}" + (f"-rank{rank}" if len(ranks) > 1 else "")):
-                independent = "independent" in schedules
-                cache = guide_cache(g, slots_r, train_x, batch_size, want_inputs=independent,
-                                    want_logits="kd" in baselines and rank == ranks[0])
-                eval_cache = guide_cache(g, slots_r, eval_x, batch_size, want_inputs=independent)
-            if rank == ranks[0]:
-                logits = cache.logits
-            for schedule in schedules:
-                for metric in metrics:
-                    labels = {"schedule": schedule, "metric": metric, "guide_init": gi, "rank": rank}
-                    prefix = f"{gi}-{schedule}-{metric}" + (f"-rank{rank}" if len(ranks) > 1 else "")
-                    start = time.perf_counter()
-                    converted, probe, info = _convert_arm(
-                        g, slots_r, head_r, task, schedule, losses[metric], cache, eval_cache,
-                        (train_x, train_t), (test_x, test_t), eval_x, fitter, prefix, settings,
-                        ft=ft, labels=labels, add_curve=add_curve)
-                    stage_rows.extend(info["stages"])
-                    stage_summary.extend(info["summary"])
-                    converted_score = score(converted, task, test_x, test_t, EVAL_BATCH)
-                    steps = info["align_steps"] + info["head_steps"] + info["finetune_steps"]
-                    runs.append({**labels, f"guide_{s}": guide_score, f"probe_{s}": probe,
-                                 f"converted_{s}": converted_score, f"scratch_{s}": None, f"kd_{s}": None,
-                                 "gain_over_scratch": None, "align_steps": info["align_steps"],
-                                 "head_steps": info["head_steps"], "finetune_steps": info["finetune_steps"],
-                                 "steps": steps, "scratch_steps": None, "kd_steps": None,
-                                 "align_seconds": round(info["align_seconds"], 2),
-                                 "seconds": round(time.perf_counter() - start, 2), "seed": seed})
-                    timer.seconds[prefix] = time.perf_counter() - start
-                    if primary is None:
-                        primary = (converted, g)
-                    else:
-                        del converted
-        if "kd" in baselines:
-            min_steps = max(r["steps"] for r in runs[first_of_init:])
-            kd_scores[gi] = train_baseline("kd", gi, min_steps, logits)
-            kd_steps = baseline_rows[-1]["steps"]
-            for r in runs[first_of_init:]:
-                r[f"kd_{s}"], r["kd_steps"] = kd_scores[gi], kd_steps
-    scratch_score = None
-    if "scratch" in baselines:
-        scratch_score = train_baseline("scratch", "", max(r["steps"] for r in runs), None)
-        for r in runs:
-            r[f"scratch_{s}"], r["scratch_steps"] = scratch_score, baseline_rows[-1]["steps"]
-            r["gain_over_scratch"] = _gain(r[f"converted_{s}"], scratch_score, task.higher_is_better)
-
-    tables = {"runs": pd.DataFrame(runs), "stages": pd.DataFrame(stage_rows),
-              "stage_summary": pd.DataFrame(stage_summary), "curves": pd.DataFrame(curves)}
-    # only tables with rows: an empty CSV is not a table (``simkit.load`` refuses one)
-    for key, rows_ in (("baselines", baseline_rows), ("validation", validation)):
-        if rows_:
-            tables[key] = pd.DataFrame(rows_)
-    if settings.compare_layers and primary is not None:
-        with timer("compare"):
-            tables["layer_cka"] = _layer_cka(primary[0], primary[1], slots, eval_x, batch_size, seed, device)
-
-    first = runs[0]
-    summary: dict[str, Any] = {f"guide_{s}": first[f"guide_{s}"], f"converted_{s}": first[f"converted_{s}"]}
-    if "scratch" in baselines:
-        summary[f"scratch_{s}"] = scratch_score
-    if "kd" in baselines:
-        summary[f"kd_{s}"] = first[f"kd_{s}"]
-    summary.update({"schedule": first["schedule"], "metric": first["metric"],
-                    "recipe": settings.recipe if plan is None else f"plan:{settings.plan or 'object'}",
-                    "guide_init": first["guide_init"], f"probe_{s}": first[f"probe_{s}"],
-                    "task": task.kind, "runs": len(runs), "rank": first["rank"],
-                    "gain_over_scratch": first["gain_over_scratch"], f"guide_val_{s}": guide_val,
-                    "guide_steps": guide_steps, "converted_steps": first["steps"],
-                    "align_steps": first["align_steps"], "scratch_steps": first["scratch_steps"],
-                    "kd_steps": first["kd_steps"], "val_samples": rows(val_x) if val_x is not None else 0})
-    extra = {
-        "slots": [{"layer": sl.label, "names": list(sl.names), "in_shape": list(sl.in_shape),
-                   "out_shape": list(sl.out_shape), "target": type(sl.target).__name__, "align": sl.align,
-                   "target_params": sum(p.numel() for p in sl.target.parameters()),
-                   "guide_params": sum(p.numel() for m in sl.guide_modules for p in m.parameters())}
-                  for sl in slots],
-        "head": head, "plan": getattr(plan_obj, "description", ""), "score": s,
-        "higher_is_better": task.higher_is_better,
-        "guide_forward_batches": cache.batches if cache is not None else 0,
-        "guide_stopped": guide_stopped, "ranks": ranks,
-    }
-    # the settings as given, with the values they resolved to (head epochs, fine-tuning lr, eval rows)
-    recorded = {**settings.to_dict(), "head_epochs": head_epochs, "finetune_lr": settings.effective_finetune_lr,
-                "guide_lr": settings.effective_guide_lr, "stop_loss": settings.effective_stop_loss,
-                "stage_steps": settings.stage_steps, "eval_samples": rows(eval_x), "device": str(device)}
-    # one entry per phase: the training calls by checkpoint name, then the other phases
-    timings = {**fitter.seconds, **timer.seconds}
-    meta = run_meta(
-        guide=guide_name or type(guide).__name__, data=data_name or data.spec, seed=seed, n=settings.n,
-        n_train=rows(train_x), n_val=rows(val_x) if val_x is not None else 0, n_test=rows(test_x),
-        settings=recorded, timings={k: round(v, 3) for k, v in timings.items()},
-    )
-    return ConvertResult(summary=summary, tables=tables, meta=meta, extra=extra)
+        plans = _resolve_plans(guide, plan, settings, ranks, splits.train[0])
+    recipe = settings.recipe if plan is None else f"plan:{settings.plan or 'object'}"
+    return _Prepared(data, task, splits, plans, recipe)
 
 
-def _gain(converted: float, scratch: float | None, higher_is_better: bool) -> float | None:
-    """Improvement of the converted score over scratch, in the score's own direction."""
-    if scratch is None:
-        return None
-    return converted - scratch if higher_is_better else scratch - converted
+def _splits(task: Task, parts: tuple[Dataset, Dataset, Dataset | None], eval_samples: int,
+            device: torch.device) -> Splits:
+    """The (train, test, validation) datasets as input and target tensors on ``device``, plus the first
+    ``eval_samples`` test inputs for the CKA tables."""
+    train, test, val = parts
+    train_x, test_x = to_device(train.inputs, device), to_device(test.inputs, device)
+    train_t = task.targets(train_x, train.labels).to(device)
+    test_t = task.targets(test_x, test.labels).to(device)
+    val_xt: tuple[Inputs, Tensor] | None = None
+    if val is not None:
+        val_x = to_device(val.inputs, device)
+        val_xt = (val_x, task.targets(val_x, val.labels).to(device))
+    eval_x = take(test_x, slice(0, min(eval_samples, rows(test_x))))
+    if rows(train_x) < 4 or rows(eval_x) < 4:
+        raise SimkitError(f"conversion needs at least 4 training and 4 test samples, got "
+                          f"{rows(train_x)} and {rows(eval_x)}; raise `n`")
+    return Splits((train_x, train_t), (test_x, test_t), val_xt, eval_x)
+
+
+def _resolve_plans(guide: nn.Module, plan: ReplacementPlan | dict[Any, Any] | None, settings: ConvertSettings,
+                   ranks: list[int], train_x: Inputs) -> dict[int, PlanEntry]:
+    """Per rank: the plan (``plan`` itself, or the recipe's at that rank), its slots and head."""
+    sample = take(train_x, slice(0, min(4, rows(train_x))))
+    check_accepts(guide, sample, "the guide")
+    seed = settings.seed
+    plans: dict[int, PlanEntry] = {}
+    for rank in ranks:
+        plan_obj = ReplacementPlan.coerce(plan) if plan is not None else make_plan(
+            settings.recipe, guide, rank=rank, group=settings.group, cell=settings.cell, seed=seed)
+        slots_r, head_r = resolve_plan(plan_obj, guide, lambda m: run_model(m, sample), seed=seed)
+        plans[rank] = (plan_obj, list(slots_r), head_r)
+    return plans
 
 
 def split_validation(train: Dataset, fraction: float, seed: int) -> tuple[Dataset, Dataset | None]:
@@ -429,6 +231,104 @@ def split_validation(train: Dataset, fraction: float, seed: int) -> tuple[Datase
     return kept, held
 
 
+# ----------------------------------------------------------------------------------- guide and arms
+
+@dataclass
+class _Outcome:
+    """What the phases leave for the result: the guide's training, the first arm's converted model and
+    its guide (``primary``, for the layer CKA table), the last guide cache, the scratch score."""
+
+    guide_steps: int = 0
+    guide_stopped: str = ""
+    guide_val: float | None = None
+    primary: tuple[nn.Module, nn.Module] | None = None
+    cache: GuideCache | None = None
+    scratch_score: float | None = None
+
+
+def _guide_phase(ctx: RunContext, guide: nn.Module, rows_: Rows, outcome: _Outcome) -> None:
+    """Optionally train the guide (its best validation epoch kept), then freeze it and score it on the
+    validation split."""
+    settings, task = ctx.settings, ctx.task
+    if settings.train_guide:
+        with ctx.timer("guide"):
+            mon = ctx.monitor(guide)
+            fit_guide = ctx.fit("guide", epochs=settings.train_guide,
+                                **{**ctx.ft, "lr": settings.effective_guide_lr})
+            hist = train_task(guide, task, ctx.data.train, fit_guide, monitor=mon)
+            outcome.guide_steps, outcome.guide_stopped = hist.steps, hist.stopped
+            rows_.add_validation("guide", mon, {"schedule": "", "metric": "", "guide_init": "trained",
+                                                "rank": ctx.sweep.ranks[0]})
+    guide.eval()
+    for p in guide.parameters():
+        p.requires_grad_(False)
+    if ctx.data.val is not None:
+        outcome.guide_val = score(guide, task, ctx.data.val[0], ctx.data.val[1], EVAL_BATCH)
+
+
+def _arms_phase(ctx: RunContext, guide: nn.Module, prep: _Prepared, rows_: Rows, outcome: _Outcome) -> None:
+    """Per guide init: every (rank, schedule, metric) arm, then its logit-distillation baseline."""
+    for gi in ctx.sweep.guide_inits:
+        g = guide if gi == "trained" else _random_guide(guide, ctx.seed, ctx.data.train[0],
+                                                        ctx.settings.batch_size)
+        first_of_init = len(rows_.runs)
+        logits = _guide_init_arms(ctx, g, gi, prep.plans, rows_, outcome)
+        if "kd" in ctx.sweep.baselines:
+            _kd_baseline(ctx, _Student(guide, prep.slots, gi, logits), rows_, rows_.runs[first_of_init:])
+
+
+def _guide_init_arms(ctx: RunContext, g: nn.Module, gi: str, plans: dict[int, PlanEntry], rows_: Rows,
+                     outcome: _Outcome) -> Tensor | None:
+    """The arms of one guide init ``gi`` (guide ``g``), rank by rank; returns the guide's logits on the
+    training inputs (first rank; None unless distillation needs them)."""
+    test_x, test_t = ctx.data.test
+    guide_score = score(g, ctx.task, test_x, test_t, EVAL_BATCH)
+    ranks = ctx.sweep.ranks
+    logits: Tensor | None = None
+    for rank in ranks:
+        view = _guide_view(ctx, g, gi, rank, plans[rank])
+        outcome.cache = view.cache
+        if rank == ranks[0]:
+            logits = view.cache.logits
+        for schedule, metric in itertools.product(ctx.sweep.schedules, ctx.sweep.metrics):
+            _run_arm(ctx, Arm(view, schedule, metric, ctx.sweep.losses[metric]), guide_score, rows_, outcome)
+    return logits
+
+
+def _guide_view(ctx: RunContext, g: nn.Module, gi: str, rank: int, plan: PlanEntry) -> GuideView:
+    """The frozen guide's activations cached once per (guide init, rank), on the training inputs and on
+    the CKA rows (the guide's inputs too for the independent schedule, its logits for distillation)."""
+    _, slots, head = plan
+    sweep, batch_size = ctx.sweep, ctx.settings.batch_size
+    suffix = f"-rank{rank}" if sweep.sweeps_ranks else ""
+    with ctx.timer(f"cache-{gi}" + suffix):
+        independent = "independent" in sweep.schedules
+        cache = guide_cache(g, slots, ctx.data.train[0], batch_size, want_inputs=independent,
+                            want_logits="kd" in sweep.baselines and rank == sweep.ranks[0])
+        eval_cache = guide_cache(g, slots, ctx.data.eval_x, batch_size, want_inputs=independent)
+    return GuideView(gi, rank, g, slots, head, cache, eval_cache, suffix)
+
+
+def _run_arm(ctx: RunContext, arm: Arm, guide_score: float, rows_: Rows, outcome: _Outcome) -> None:
+    """One arm converted and scored on the test split: its ``runs`` row (baseline columns empty until the
+    baselines fill them); the first arm's model is kept as ``outcome.primary``."""
+    start = time.perf_counter()
+    arm_out = convert_arm(ctx, arm, rows_)
+    test_x, test_t = ctx.data.test
+    converted_score = score(arm_out.model, ctx.task, test_x, test_t, EVAL_BATCH)
+    s = rows_.s
+    rows_.runs.append({**arm.labels, f"guide_{s}": guide_score, f"probe_{s}": arm_out.probe,
+                       f"converted_{s}": converted_score, f"scratch_{s}": None, f"kd_{s}": None,
+                       "gain_over_scratch": None, "align_steps": arm_out.align_steps,
+                       "head_steps": arm_out.head_steps, "finetune_steps": arm_out.finetune_steps,
+                       "steps": arm_out.steps, "scratch_steps": None, "kd_steps": None,
+                       "align_seconds": round(arm_out.align_seconds, 2),
+                       "seconds": round(time.perf_counter() - start, 2), "seed": ctx.seed})
+    ctx.timer.seconds[arm.prefix] = time.perf_counter() - start
+    if outcome.primary is None:
+        outcome.primary = (arm_out.model, arm.view.guide)
+
+
 def _random_guide(guide: nn.Module, seed: int, inputs: Inputs, batch_size: int) -> nn.Module:
     """An untrained copy of the guide (fresh init from ``seed``), BatchNorm statistics recomputed on the
     unlabeled inputs [ours: an untrained guide's default BN statistics are arbitrary]."""
@@ -440,94 +340,177 @@ def _random_guide(guide: nn.Module, seed: int, inputs: Inputs, batch_size: int) 
     return g
 
 
-def _convert_arm(guide: nn.Module, slots: Sequence[Slot], head: str, task: Task, schedule: str,
-                 loss: Callable[[Tensor, Tensor], Tensor], cache: GuideCache, eval_cache: GuideCache,
-                 train: tuple[Inputs, Tensor], test: tuple[Inputs, Tensor], eval_x: Inputs, fitter: _Fitter,
-                 prefix: str, settings: ConvertSettings, *, ft: dict[str, Any], labels: dict[str, Any],
-                 add_curve: AddCurve) -> tuple[nn.Module, float, dict[str, Any]]:
-    """Align, recalibrate, head-first, fine-tune one (guide, schedule, metric, rank) arm.
+# ------------------------------------------------------------------------------------------- baselines
 
-    Returns (converted model, linear-probe score, info): info["stages"] are the per-layer rows after
-    each stage (linear CKA ``value`` and the arm's own alignment ``loss`` on held-out data, plus why the
-    stage stopped), info["summary"] one row per stage, and the step counts of each phase."""
-    batch_size = settings.batch_size
-    modules = fresh_modules(slots)
-    hybrid = copy.deepcopy(guide)
-    stages_out: list[dict[str, Any]] = []
-    summary_out: list[dict[str, Any]] = []
-    installed: set[int] = set()
-    align_seconds = 0.0
-    align_steps = 0
-    stop_loss = settings.effective_stop_loss
-    stages = plan_stages(schedule, len(slots), settings.stage_steps)
-    s = task.score
-    for stage in stages:
-        name = f"{prefix}-{stage.name}"
-        fit_stage = fitter(name, steps=stage.steps, batch_size=batch_size, lr=settings.lr,
-                           plateau_window=settings.plateau_window, plateau_factor=settings.plateau_factor,
-                           stop_loss=stop_loss)
-        start = time.perf_counter()
-        outcome = run_stage(hybrid, slots, modules, stage, cache, train[0], loss, fit_stage)
-        align_seconds += time.perf_counter() - start
-        installed.update(stage.install)
-        hybrid_score = float("nan")
-        if stage.isolated:
-            (j,) = stage.train
-            if eval_cache.inputs is None:
-                raise SimkitError("internal: the independent schedule needs the guide inputs cache")
-            value = isolated_output(slots[j], modules[j], eval_cache.inputs[j], batch_size)
-            rows_ = _cka_rows([value], eval_cache.outputs, slots, {j}, only=[j], loss=loss)
+@dataclass
+class _Student:
+    """A baseline's student: the target architecture (``guide`` with the first rank's ``slots``), and for
+    distillation the guide init ``gi`` whose ``logits`` it learns (scratch: ``gi`` empty)."""
+
+    guide: nn.Module
+    slots: list[Slot]
+    gi: str = ""
+    logits: Tensor | None = None
+
+
+@dataclass
+class _Baseline:
+    """One baseline run: ``kind`` (scratch, kd), its student, the optimizer steps it trains at least
+    (the longest conversion arm's) and the rank its rows are labelled with."""
+
+    kind: str
+    student: _Student
+    min_steps: int
+    rank: int
+
+    @property
+    def name(self) -> str:
+        """Its checkpoint name: ``scratch`` or ``kd-<init>``."""
+        return "scratch" if self.kind == "scratch" else f"kd-{self.student.gi}"
+
+    @property
+    def labels(self) -> dict[str, Any]:
+        """The columns that name this baseline in the curves and validation tables."""
+        return {"schedule": "", "metric": "", "guide_init": "" if self.kind == "scratch" else self.student.gi,
+                "rank": self.rank}
+
+
+def _kd_baseline(ctx: RunContext, student: _Student, rows_: Rows, init_runs: list[dict[str, Any]]) -> None:
+    """Logit distillation from one guide init for at least its longest arm's steps; fills its arms' rows."""
+    min_steps = max(r["steps"] for r in init_runs)
+    kd_score = _train_baseline(ctx, _Baseline("kd", student, min_steps, ctx.sweep.ranks[0]), rows_)
+    kd_steps = rows_.baselines[-1]["steps"]
+    for r in init_runs:
+        r[f"kd_{rows_.s}"], r["kd_steps"] = kd_score, kd_steps
+
+
+def _scratch_baseline(ctx: RunContext, student: _Student, rows_: Rows) -> float | None:
+    """The target trained from scratch for at least the longest arm's steps (None when not asked for);
+    fills every arm's scratch columns and its gain over scratch."""
+    if "scratch" not in ctx.sweep.baselines:
+        return None
+    s = rows_.s
+    min_steps = max(r["steps"] for r in rows_.runs)
+    scratch_score = _train_baseline(ctx, _Baseline("scratch", student, min_steps, ctx.sweep.ranks[0]), rows_)
+    for r in rows_.runs:
+        r[f"scratch_{s}"], r["scratch_steps"] = scratch_score, rows_.baselines[-1]["steps"]
+        r["gain_over_scratch"] = _gain(r[f"converted_{s}"], scratch_score, ctx.task.higher_is_better)
+    return scratch_score
+
+
+def _train_baseline(ctx: RunContext, base: _Baseline, rows_: Rows) -> float:
+    """Scratch or distillation with a fair budget: the fine-tuning recipe (AdamW, cosine decay) for
+    max(``min_steps`` — the longest conversion arm —, ``baseline_epochs``) optimizer steps, the
+    weights of the best validation epoch kept; returns its test score."""
+    settings, student, name = ctx.settings, base.student, base.name
+    with ctx.timer(name):
+        model = reinitialise(build_target(student.guide, student.slots), derive_seed(ctx.seed, base.kind))
+        epochs = min(settings.baseline_epochs, settings.baseline_max_epochs)
+        steps = max(base.min_steps, int(math.ceil(epochs * ctx.per_epoch)))
+        mon = ctx.monitor(model)
+        fit_b = ctx.fit(name, steps=steps, **ctx.ft)
+        if base.kind == "scratch":
+            hist = train_task(model, ctx.task, ctx.data.train, fit_b, monitor=mon)
         else:
-            recalibrate(hybrid, train[0], batch_size)
-            rows_ = _cka_rows(hybrid_outputs(hybrid, slots, eval_x, batch_size), eval_cache.outputs, slots,
-                              installed, loss=loss)
-            # the hybrid as it stands (guide modules downstream, the guide's head): its task score
-            hybrid_score = score(hybrid, task, test[0], test[1], EVAL_BATCH)
-        hist = outcome.history
-        align_steps += hist.steps
-        rule = _stop_rule(hist.stopped, stop_loss, settings, stage.steps)
-        info = {"steps": hist.steps, "stopped": hist.stopped, "rule": rule,
-                "final_loss": hist.losses[-1] if hist.losses else float("nan")}
-        stages_out.extend({**labels, "stage": stage.name, **r, **info} for r in rows_)
-        summary_out.append({**labels, "stage": stage.name, **info, "max_steps": stage.steps,
-                            "stop_loss": stop_loss, "final_lr": hist.lrs[-1] if hist.lrs else float("nan"),
-                            f"hybrid_{s}": hybrid_score,
-                            "trainable": ";".join(outcome.trainable), "changed": ";".join(outcome.changed),
-                            "seconds": round(time.perf_counter() - start, 3)})
-        add_curve(stage.name, hist, labels)
-    if schedule == "independent":
-        for j, slot in enumerate(slots):
-            install(hybrid, slot, modules[j])
-        recalibrate(hybrid, train[0], batch_size)
-        installed = set(range(len(slots)))
-        stages_out.extend({**labels, "stage": "assembled", **r} for r in _cka_rows(
-            hybrid_outputs(hybrid, slots, eval_x, batch_size), eval_cache.outputs, slots, installed, loss=loss))
-    # Fine-tuning: BN already recalibrated after the last stage; head first (linear probe), then all.
-    head_hist, probe = train_head(hybrid, head, task, train, test,
-                                  fitter(f"{prefix}-head", epochs=settings.effective_head_epochs, **ft),
-                                  batch_size=EVAL_BATCH, seed=derive_seed(settings.seed, "head"))
-    add_curve("head", head_hist, labels)
-    hist = train_task(hybrid, task, train, fitter(f"{prefix}-finetune", epochs=settings.finetune_epochs, **ft))
-    add_curve("finetune", hist, labels)
-    stages_out.extend({**labels, "stage": "finetuned", **r} for r in _cka_rows(
-        hybrid_outputs(hybrid, slots, eval_x, batch_size), eval_cache.outputs, slots, installed, loss=loss))
-    return hybrid, probe, {"stages": stages_out, "summary": summary_out, "align_seconds": align_seconds,
-                           "align_steps": align_steps, "head_steps": head_hist.steps, "finetune_steps": hist.steps}
+            if student.logits is None:
+                raise SimkitError("internal: logit distillation needs the guide's logits cache")
+            hist = distill(model, ctx.task, ctx.data.train[0], student.logits, fit_b, settings.kd_temperature,
+                           monitor=mon)
+        test_score = score(model, ctx.task, ctx.data.test[0], ctx.data.test[1], EVAL_BATCH)
+    rows_.add_curve(name, hist, base.labels)
+    rows_.add_validation(name, mon, base.labels)
+    rows_.baselines.append(_baseline_row(ctx, base, hist, mon, test_score))
+    return test_score
 
 
-def _stop_rule(stopped: str, stop_loss: float | None, settings: ConvertSettings, steps: int) -> str:
-    """Why a stage ended, in words: the loss threshold, the step cap or the fixed step count (``steps``:
-    the stage's budget; joint: the per-stage budget times the number of modules)."""
-    if stopped == "stop_loss":
-        return f"loss EMA < {stop_loss:g}"
-    if stopped == "min_lr":
-        return "learning rate below its floor"
-    if settings.auto_stages:
-        return f"step cap {steps}"
-    return f"fixed {steps} steps"
+def _baseline_row(ctx: RunContext, base: _Baseline, hist: TrainHistory, mon: ValidationMonitor | None,
+                  test_score: float) -> dict[str, Any]:
+    """The ``baselines`` row of one baseline run: its steps, why it stopped, its best validation epoch
+    and whether it was still improving, its validation and test scores."""
+    best_step = mon.best_step if mon is not None else hist.steps
+    # still improving: the best validation epoch lies within the last `baseline_patience` epochs
+    improving = mon is not None and best_step > hist.steps - ctx.settings.baseline_patience * ctx.per_epoch
+    s = ctx.task.score
+    return {"baseline": base.kind, "guide_init": base.labels["guide_init"], "steps": hist.steps,
+            "min_steps": base.min_steps, "stopped": hist.stopped, "best_step": best_step,
+            "still_improving": improving, f"val_{s}": mon.best if mon is not None else None,
+            f"test_{s}": test_score, "seconds": round(ctx.timer.seconds.get(base.name, 0.0), 2)}
 
 
-def _layer_cka(converted: nn.Module, guide: nn.Module, slots: Sequence[Slot], inputs: Inputs,
+def _gain(converted: float, scratch: float | None, higher_is_better: bool) -> float | None:
+    """Improvement of the converted score over scratch, in the score's own direction."""
+    if scratch is None:
+        return None
+    return converted - scratch if higher_is_better else scratch - converted
+
+
+# -------------------------------------------------------------------------------------------- assemble
+
+def _assemble(ctx: RunContext, prep: _Prepared, rows_: Rows, outcome: _Outcome,
+              names: tuple[str, str]) -> ConvertResult:
+    """The result: tables (with the converted × guide layer CKA matrix), summary, extra and meta
+    (``names``: the guide and data as recorded)."""
+    settings = ctx.settings
+    tables = rows_.tables()
+    if settings.compare_layers and outcome.primary is not None:
+        converted, guide = outcome.primary
+        with ctx.timer("compare"):
+            tables["layer_cka"] = _layer_cka(converted, guide, prep.slots, ctx.data.eval_x, settings.batch_size,
+                                             ctx.seed, ctx.device)
+    return ConvertResult(summary=_summary(ctx, prep, rows_, outcome), tables=tables,
+                         meta=_meta(ctx, names), extra=_extra(ctx, prep, outcome))
+
+
+def _summary(ctx: RunContext, prep: _Prepared, rows_: Rows, outcome: _Outcome) -> dict[str, Any]:
+    """The headline numbers: the first arm's, with the baselines asked for."""
+    s, baselines, first = rows_.s, ctx.sweep.baselines, rows_.runs[0]
+    summary: dict[str, Any] = {f"guide_{s}": first[f"guide_{s}"], f"converted_{s}": first[f"converted_{s}"]}
+    if "scratch" in baselines:
+        summary[f"scratch_{s}"] = outcome.scratch_score
+    if "kd" in baselines:
+        summary[f"kd_{s}"] = first[f"kd_{s}"]
+    summary.update({"schedule": first["schedule"], "metric": first["metric"], "recipe": prep.recipe,
+                    "guide_init": first["guide_init"], f"probe_{s}": first[f"probe_{s}"],
+                    "task": ctx.task.kind, "runs": len(rows_.runs), "rank": first["rank"],
+                    "gain_over_scratch": first["gain_over_scratch"], f"guide_val_{s}": outcome.guide_val,
+                    "guide_steps": outcome.guide_steps, "converted_steps": first["steps"],
+                    "align_steps": first["align_steps"], "scratch_steps": first["scratch_steps"],
+                    "kd_steps": first["kd_steps"], "val_samples": ctx.data.n_val})
+    return summary
+
+
+def _extra(ctx: RunContext, prep: _Prepared, outcome: _Outcome) -> dict[str, Any]:
+    """The first rank's slots (shapes, target types, parameter counts), head and plan, and run facts."""
+    plan_obj, slots, head = prep.first
+    return {
+        "slots": [{"layer": sl.label, "names": list(sl.names), "in_shape": list(sl.in_shape),
+                   "out_shape": list(sl.out_shape), "target": type(sl.target).__name__, "align": sl.align,
+                   "target_params": sum(p.numel() for p in sl.target.parameters()),
+                   "guide_params": sum(p.numel() for m in sl.guide_modules for p in m.parameters())}
+                  for sl in slots],
+        "head": head, "plan": getattr(plan_obj, "description", ""), "score": ctx.task.score,
+        "higher_is_better": ctx.task.higher_is_better,
+        "guide_forward_batches": outcome.cache.batches if outcome.cache is not None else 0,
+        "guide_stopped": outcome.guide_stopped, "ranks": ctx.sweep.ranks,
+    }
+
+
+def _meta(ctx: RunContext, names: tuple[str, str]) -> dict[str, Any]:
+    """Run metadata: the settings with what they resolved to, the split sizes and the phase timings."""
+    settings, data = ctx.settings, ctx.data
+    # the settings as given, with the values they resolved to (head epochs, fine-tuning lr, eval rows)
+    recorded = {**settings.to_dict(), "head_epochs": settings.effective_head_epochs,
+                "finetune_lr": settings.effective_finetune_lr, "guide_lr": settings.effective_guide_lr,
+                "stop_loss": settings.effective_stop_loss, "stage_steps": settings.stage_steps,
+                "eval_samples": rows(data.eval_x), "device": str(ctx.device)}
+    # one entry per phase: the training calls by checkpoint name, then the other phases
+    timings = {**ctx.fit.seconds, **ctx.timer.seconds}
+    return run_meta(guide=names[0], data=names[1], seed=ctx.seed, n=settings.n, n_train=rows(data.train[0]),
+                    n_val=data.n_val, n_test=rows(data.test[0]), settings=recorded,
+                    timings={k: round(v, 3) for k, v in timings.items()})
+
+
+def _layer_cka(converted: nn.Module, guide: nn.Module, slots: list[Slot], inputs: Inputs,
                batch_size: int, seed: int, device: torch.device) -> pd.DataFrame:
     """Long table (layer_converted, layer_guide, value): minibatch linear CKA through the engine's compare.
 

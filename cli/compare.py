@@ -95,6 +95,10 @@ def compare_command(
         "--rsa-distance", help="rsa: dissimilarity between two samples' activations.")] = RsaDistance.correlation,
     rsa_compare: Annotated[RsaCompare, typer.Option(
         "--rsa-compare", help="rsa: how two RDMs' upper triangles are compared.")] = RsaCompare.spearman,
+    ci: Annotated[float | None, typer.Option(
+        "--ci", help="Confidence of a bootstrap interval per cell (ci_low, ci_high in similarity.csv), e.g. 0.95; "
+        "minibatch CKA: a Poisson bootstrap over batches, nearly free.", show_default="none")] = None,
+    ci_resamples: Annotated[int, typer.Option("--ci-resamples", help="Bootstrap replicates behind --ci.")] = 200,
     pairing: Annotated[str, typer.Option(
         "--pairing", help="Study of caches: which layers to pair (last, or LAYER_A=LAYER_B).")] = "last",
     output_index: Annotated[str | None, typer.Option(
@@ -113,7 +117,8 @@ def compare_command(
         metrics=split_list(metric) or DEFAULT_METRICS, mode=mode.value, batch_size=batch_size, n=n, null=null,
         seed=seed, rbf_factor=rbf_factor, knn_k=knn_k, shape_alpha=shape_alpha, cca_eps=cca_eps,
         svcca_keep=svcca_keep, ridge_lambda=ridge_lambda, ridge_folds=ridge_folds,
-        rsa_distance=rsa_distance.value, rsa_compare=rsa_compare.value).validate()
+        rsa_distance=rsa_distance.value, rsa_compare=rsa_compare.value, ci=ci,
+        ci_resamples=ci_resamples).validate()
     result: CompareResult | StudyResult
     if classify_sources(models) == "caches":
         if len(models) == 2:

@@ -18,6 +18,18 @@ from dataclasses import dataclass
 
 #: the streaming strategies (one module each under ``simkit.metrics.streaming``)
 STRATEGIES = ("gram", "features", "folds", "stored")
+#: how a measure's chance level is found by default (:class:`Measure`'s ``chance``)
+CHANCE_KINDS = ("null", "closed", "sampled")
+#: permutations of a cheap null (``chance`` ``null``): about 1 % of a minibatch run (README)
+DEFAULT_NULL = 10
+#: permutations behind a ``sampled`` chance level: an estimate of the chance level, not a test at 5 %
+DEFAULT_SAMPLED_NULL = 5
+#: "beats chance" with a null of at least this many permutations: above its 95th percentile (below the
+#: 5th for a distance); with fewer draws or a closed-form chance level: beyond CHANCE_MARGIN of the range
+TESTED_NULL = 10
+CHANCE_MARGIN = 0.05
+#: "large": at least this fraction of the measure's range beyond its chance level
+LARGE_EFFECT = 0.2
 
 
 @dataclass(frozen=True)
@@ -32,8 +44,11 @@ class Measure:
     stream: ``(minibatch strategy, exact strategy)``, each one of :data:`STRATEGIES`; the accumulator
         falls back to ``stored`` when the sums exceed the memory budget or a permutation null is asked.
     gram: the Gram kind of a CKA measure on the minibatch path (``biased``, ``unbiased``, ``rbf``).
-    cheap_null: True when a permutation null costs next to nothing (it permutes per-batch Grams), so
-        ``null=None`` runs one in minibatch mode.
+    chance: ``(minibatch, exact)``: how its chance level is found by default (``null=None``), one of
+        :data:`CHANCE_KINDS`: ``null`` a permutation null of :data:`DEFAULT_NULL` draws that costs next to
+        nothing (it permutes per-batch Grams); ``closed`` the exact expectation under a random permutation
+        of B's samples in closed form (no extra work); ``sampled`` :data:`DEFAULT_SAMPLED_NULL`
+        permutations of the stored activations (their cost per measure: README).
     settings: the fields of :class:`~simkit.metrics.settings.CompareSettings` that change its values.
     note: one line for reports and help (empty: nothing beyond its range to say).
     """
@@ -46,7 +61,7 @@ class Measure:
     directional: bool
     stream: tuple[str, str]
     gram: str | None = None
-    cheap_null: bool = False
+    chance: tuple[str, str] = ("sampled", "sampled")
     settings: tuple[str, ...] = ()
     note: str = ""
 
@@ -57,10 +72,11 @@ _STORED = ("stored", "stored")
 _CCA = ("cca_eps",)
 
 MEASURES: dict[str, Measure] = {m.name: m for m in (
-    Measure("linear_cka", "[0, 1]", 0.0, 1.0, True, False, ("gram", "features"), gram="biased", cheap_null=True),
+    Measure("linear_cka", "[0, 1]", 0.0, 1.0, True, False, ("gram", "features"), gram="biased",
+            chance=("null", "closed")),
     Measure("unbiased_cka", "≈ [0, 1] (may be < 0 for small n)", 0.0, 1.0, True, False, ("gram", "features"),
-            gram="unbiased", cheap_null=True),
-    Measure("rbf_cka", "[0, 1]", 0.0, 1.0, True, False, ("gram", "stored"), gram="rbf", cheap_null=True,
+            gram="unbiased", chance=("null", "closed")),
+    Measure("rbf_cka", "[0, 1]", 0.0, 1.0, True, False, ("gram", "stored"), gram="rbf", chance=("null", "sampled"),
             settings=("rbf_factor",)),
     Measure("mutual_knn", "[0, 1]", 0.0, 1.0, True, False, _STORED, settings=("knn_k",)),
     Measure("jaccard_knn", "[0, 1]", 0.0, 1.0, True, False, _STORED, settings=("knn_k",)),
@@ -68,7 +84,7 @@ MEASURES: dict[str, Measure] = {m.name: m for m in (
     Measure("procrustes_angle", "[0, π/2], 0 = same shape", 0.0, _HALF_PI, False, False, _COVARIANCE,
             note="procrustes_angle is an angular distance in [0, π/2]: 0 is identical up to rotation and "
                  "scale; best matches are the smallest values."),
-    Measure("cca", "[0, 1]", 0.0, 1.0, True, False, _COVARIANCE, settings=_CCA),
+    Measure("cca", "[0, 1]", 0.0, 1.0, True, False, _COVARIANCE, chance=("closed", "closed"), settings=_CCA),
     Measure("svcca", "[0, 1]", 0.0, 1.0, True, False, _COVARIANCE, settings=("svcca_keep", *_CCA)),
     Measure("pwcca", "[0, 1]", 0.0, 1.0, True, False, _COVARIANCE, settings=_CCA,
             note="pwcca weights the canonical correlations by the narrower layer of each pair (the layer of A "
@@ -106,9 +122,19 @@ def strategy(name: str, mode: str) -> str:
     return minibatch if mode == "minibatch" else exact
 
 
-def cheap_null(metrics: tuple[str, ...] | list[str], mode: str) -> bool:
-    """True when a permutation null of every one of ``metrics`` costs next to nothing in ``mode``."""
-    return mode == "minibatch" and all(MEASURES[m].cheap_null for m in metrics)
+def chance_kind(name: str, mode: str, cca_eps: float = 0.0) -> str:
+    """How ``name``'s chance level is found by default in ``mode`` (one of :data:`CHANCE_KINDS`); the
+    closed form of ``cca`` holds without a ridge only (``cca_eps`` = 0)."""
+    minibatch, exact = MEASURES[name].chance
+    kind = minibatch if mode == "minibatch" else exact
+    return "sampled" if kind == "closed" and name == "cca" and cca_eps > 0 else kind
+
+
+def default_permutations(name: str, mode: str, cca_eps: float = 0.0) -> int:
+    """The permutations ``null=None`` gives ``name``: :data:`DEFAULT_NULL` for a cheap null, none for a
+    closed form, :data:`DEFAULT_SAMPLED_NULL` otherwise."""
+    kind = chance_kind(name, mode, cca_eps)
+    return {"null": DEFAULT_NULL, "closed": 0, "sampled": DEFAULT_SAMPLED_NULL}[kind]
 
 
 def used_by(setting: str) -> tuple[str, ...]:
@@ -128,3 +154,22 @@ def colour_bounds(name: str) -> tuple[float | None, float | None]:
     if measure is None or measure.lo is None or measure.hi is None or measure.lo < 0:
         return None, None
     return measure.lo, measure.hi
+
+
+def range_width(name: str) -> float:
+    """The width of ``name``'s range (1 for a measure unbounded below, such as ``ridge_r2``, whose
+    meaningful span is [0, 1])."""
+    measure = MEASURES[name]
+    if measure.lo is None or measure.hi is None:
+        return 1.0
+    return measure.hi - measure.lo
+
+
+def beats_chance_rule(name: str, permutations: int) -> str:
+    """The rule :func:`simkit.engine.assemble` applies for ``beats_chance``, in words (reports state it)."""
+    side = "above its 95th percentile" if MEASURES[name].similarity else "below its 5th percentile"
+    if permutations >= TESTED_NULL:
+        return f"{side} of a {permutations}-permutation null"
+    margin = CHANCE_MARGIN * range_width(name)
+    word = "above" if MEASURES[name].similarity else "below"
+    return f"more than {margin:.3g} {word} its chance level ({CHANCE_MARGIN:.0%} of the range)"

@@ -10,7 +10,16 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from simkit.catalog import DEFAULT_METRICS, MEASURES, METRICS, STRATEGIES, colour_bounds, strategy, used_by
+from simkit.catalog import (
+    DEFAULT_METRICS,
+    MEASURES,
+    METRICS,
+    STRATEGIES,
+    chance_kind,
+    colour_bounds,
+    strategy,
+    used_by,
+)
 from simkit.cli.main import app
 from simkit.metrics.settings import MEASURE_FIELDS, CompareSettings, default_null
 from simkit.metrics.streaming import make_accumulator
@@ -66,10 +75,14 @@ def test_a_null_or_a_small_budget_sends_streamed_measures_to_the_stored_strategy
 
 
 def test_the_default_null_follows_the_catalogue():
-    cheap = [m for m in METRICS if MEASURES[m].cheap_null]
+    cheap = [m for m in METRICS if chance_kind(m, "minibatch") == "null"]
     assert cheap == ["linear_cka", "unbiased_cka", "rbf_cka"]
-    assert default_null(cheap, "minibatch") == 10 and default_null(cheap, "exact") == 0
-    assert default_null(["unbiased_cka", "cca"], "minibatch") == 0
+    assert default_null(cheap, "minibatch") == dict.fromkeys(cheap, 10)
+    assert default_null(cheap, "exact") == {"linear_cka": 0, "unbiased_cka": 0, "rbf_cka": 5}
+    assert default_null(["unbiased_cka", "cca", "procrustes"], "minibatch") == {
+        "unbiased_cka": 10, "cca": 0, "procrustes": 5}
+    assert chance_kind("cca", "exact", cca_eps=0.1) == "sampled"  # the closed form holds without a ridge
+    assert CompareSettings(metrics=["cca"], null=3).validate().resolved()["null"] == {"cca": 3}
 
 
 def test_settings_are_recorded_only_for_the_measures_they_change():

@@ -28,7 +28,8 @@ def test_compare_writes_the_run_directory(tmp_path):
                     "--metric", "linear_cka", "--metric", "unbiased_cka,mutual_knn", "--out", str(out))
     assert result.exit_code == 0, result.output
     frame = pd.read_csv(out / "similarity.csv")
-    assert list(frame.columns) == ["layer_a", "layer_b", "metric", "value", "null_mean", "null_p95"]
+    assert list(frame.columns) == ["layer_a", "layer_b", "metric", "value", "null_mean", "null_p95", "chance",
+                                   "beats_chance"]
     assert set(frame["metric"]) == {"linear_cka", "unbiased_cka", "mutual_knn"}
     data = json.loads((out / "result.json").read_text())
     assert data["kind"] == "compare"
@@ -171,7 +172,7 @@ def test_compare_with_every_new_measure_end_to_end(tmp_path):
 def test_new_measures_stream_without_a_null(tmp_path):
     out = tmp_path / "streamed"
     result = invoke("compare", MLP_A, MLP_B, "--data", "mnist1d", "--n", "64", "--batch-size", "16",
-                    "--metric", "cca,procrustes,ridge_r2", "--no-report", "--out", str(out))
+                    "--metric", "cca,procrustes,ridge_r2", "--null", "0", "--no-report", "--out", str(out))
     assert result.exit_code == 0, result.output
     method = json.loads((out / "result.json").read_text())["meta"]["method"]
     assert [method[m]["path"] for m in ("cca", "procrustes", "ridge_r2")] == ["features", "features", "folds"]
@@ -247,7 +248,7 @@ def test_compare_defaults_lead_with_unbiased_cka_and_a_null(tmp_path):
     result = invoke("compare", MLP_A, MLP_B, "--data", "mnist1d", "--n", "128", "--out", str(out))
     assert result.exit_code == 0, result.output
     data = json.loads((out / "result.json").read_text())
-    assert data["summary"]["metrics"] == ["unbiased_cka", "linear_cka"] and data["meta"]["settings"]["null"] == 10
+    assert data["summary"]["metrics"] == ["unbiased_cka", "linear_cka"] and data["meta"]["settings"]["null"] == {"unbiased_cka": 10, "linear_cka": 10}
     assert data["meta"]["method"]["unbiased_cka"]["hsic"] == "unbiased HSIC_1"
     assert data["meta"]["method"]["linear_cka"]["hsic"] == "biased HSIC"
     html = (out / "report.html").read_text(encoding="utf-8")

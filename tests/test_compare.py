@@ -161,8 +161,11 @@ def test_result_tables_and_summary(data):
     result = compare(a, b, data, layers_a=["1", "3"], layers_b=["1"], progress=False)
     frame = result.to_frame()
     # the defaults: unbiased_cka first, and a 10-permutation null (minibatch CKA: it costs ~1 % there)
-    assert list(frame.columns) == ["layer_a", "layer_b", "metric", "value", "null_mean", "null_p95"]
-    assert result.summary["metrics"] == ["unbiased_cka", "linear_cka"] and result.meta["settings"]["null"] == 10
+    assert list(frame.columns) == ["layer_a", "layer_b", "metric", "value", "null_mean", "null_p95", "chance",
+                                   "beats_chance"]
+    np.testing.assert_array_equal(frame["chance"], frame["null_mean"])
+    np.testing.assert_array_equal(frame["beats_chance"], frame["value"] > frame["null_p95"])
+    assert result.summary["metrics"] == ["unbiased_cka", "linear_cka"] and result.meta["settings"]["null"] == {"unbiased_cka": 10, "linear_cka": 10}
     assert result.summary["model_a"] == "model_a"  # a module simkit did not load has no spec to name it by
     layers = result.tables["layers"]
     assert list(layers["name"]) == ["1", "3", "1"] and list(layers["dim"]) == [8, 5, 7]
@@ -170,14 +173,17 @@ def test_result_tables_and_summary(data):
 
 
 @pytest.mark.parametrize("kwargs, permutations", [
-    (dict(), 10), (dict(metrics=["rbf_cka"]), 10), (dict(mode="exact"), 0),
-    (dict(metrics=["unbiased_cka", "mutual_knn"]), 0),  # a stored-path measure: a null is no longer cheap
-    (dict(null=0), 0), (dict(mode="exact", null=3), 3)])
-def test_the_default_null_is_on_only_where_it_is_cheap(data, kwargs, permutations):
+    (dict(), {"unbiased_cka": 10, "linear_cka": 10}), (dict(metrics=["rbf_cka"]), {"rbf_cka": 10}),
+    (dict(mode="exact"), {"unbiased_cka": 0, "linear_cka": 0}),  # a closed-form chance level instead
+    (dict(metrics=["unbiased_cka", "mutual_knn"]), {"unbiased_cka": 10, "mutual_knn": 5}),  # a few draws
+    (dict(null=0), {"unbiased_cka": 0, "linear_cka": 0}), (dict(mode="exact", null=3), {"unbiased_cka": 3,
+                                                                                     "linear_cka": 3})])
+def test_the_default_null_is_each_measures_chance_rule(data, kwargs, permutations):
     a, b = tiny_models()
     result = compare(a, b, data, layers_a=["1"], layers_b=["1"], progress=False, **{"knn_k": 3, **kwargs})
     assert result.meta["settings"]["null"] == permutations
-    assert ("null_p95" in result.to_frame().columns) == (permutations > 0)
+    assert result.meta["settings_given"]["null"] == kwargs.get("null")
+    assert ("null_p95" in result.to_frame().columns) == (max(permutations.values()) > 0)
 
 
 def test_models_are_named_by_their_specs(data):
@@ -293,7 +299,7 @@ def test_every_option_is_recorded(data):
                      batch_size=16, n=40, null=2, seed=5, rbf_factor=2.0, knn_k=4, memory_budget_bytes=1000,
                      progress=False)
     assert result.meta["settings"] == {
-        "metrics": ["linear_cka"], "mode": "exact", "batch_size": 16, "n": 40, "null": 2, "seed": 5,
+        "metrics": ["linear_cka"], "mode": "exact", "batch_size": 16, "n": 40, "null": {"linear_cka": 2}, "seed": 5,
         "rbf_factor": 2.0, "knn_k": 4, "memory_budget_bytes": 1000, "device": "cpu", "layers_a": ["1"],
         "layers_b": "1,2", "reduce": "auto", "output_index": None}
     assert result.meta["seeds"] == {"null": 5} and result.meta["world_size"] == 1

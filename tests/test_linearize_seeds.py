@@ -274,27 +274,66 @@ def synthetic(differences: list[float], original: float = 0.92) -> LinearizeResu
                                                     "aggregate": aggregate_runs(runs)}, meta={})
 
 
-@pytest.mark.parametrize("differences, verdict", [
-    ([0.3, 0.1, 0.25], "beyond the seed spread"),
-    ([0.3, -0.2, 0.1], "within the seed spread"),
-    ([-0.3, -0.1, -0.25], "layer-wise ahead, beyond the seed spread"),
+T_975_2 = 4.302652729911275   # Student t quantile 0.975 with 2 degrees of freedom (three seeds)
+
+
+@pytest.mark.parametrize("differences, noise", [
+    ([0.3, 0.25, 0.28], "beyond noise, channel-wise ahead; verdict on channel-wise ahead: reproduced"),
+    # mean − std > 0 (the old rule said "beyond the seed spread"), but the t interval includes 0
+    ([0.3, 0.1, 0.25], "within noise, the interval includes 0; verdict on channel-wise ahead: direction only"),
+    ([0.3, -0.2, 0.1], "within noise, the interval includes 0; verdict on channel-wise ahead: direction only"),
+    ([-0.3, -0.25, -0.28], "beyond noise, layer-wise ahead; verdict on channel-wise ahead: not reproduced"),
 ])
-def test_findings_state_the_matched_gain_and_its_verdict(differences, verdict):
-    findings = context(synthetic(differences))["findings"]
+def test_findings_state_the_matched_gain_and_its_verdict(differences, noise):
+    result = synthetic(differences)
+    findings = context(result)["findings"]
     d = np.array(differences)
+    half = T_975_2 * d.std(ddof=1) / np.sqrt(3)      # the paired 95 % t interval, by hand
+    low, high = d.mean() - half, d.mean() + half
+    row = result.tables["matched_mean"].set_index("napl").loc[1.0]
+    assert row["difference_low"] == pytest.approx(low) and row["difference_high"] == pytest.approx(high)
     assert findings[0] == (
         f"At the lowest matched NAPL (1), channel-wise slopes keep test accuracy {0.5 + d.mean():.3f} ± "
-        f"{d.std(ddof=1):.3f} against 0.500 ± 0.000 layer-wise: channel − layer = {d.mean():+.3f} ± "
-        f"{d.std(ddof=1):.3f} (mean ± std over 3 seeds; {verdict}).")
+        f"{d.std(ddof=1):.3f} against 0.500 ± 0.000 layer-wise (mean ± std over 3 seeds): channel − layer = "
+        f"{d.mean():+.3f} (95% CI {low:+.3f} to {high:+.3f}, 3 seeds), {noise}.")
     best = 0.5 + d.mean()
-    assert findings[1] == ("No linearized run keeps the original's accuracy to within 1 point; the most accurate is "
-                           f"channel ω=1 at {best:.3f} ± {d.std(ddof=1):.3f} (NAPL 1.00 ± 0.00)" if best > 0.5 else
-                           "No linearized run keeps the original's accuracy to within 1 point; the most accurate is "
-                           "layer ω=1 at 0.500 ± 0.000 (NAPL 1.00 ± 0.00)") + "."
+    assert findings[1] == ("No linearized run keeps the original's accuracy to within 0.01; the most accurate is "
+                           f"channel ω=1 at {best:.3f} ± {d.std(ddof=1):.3f} (NAPL 1.00 ± 0.00, linearized fraction "
+                           "0.50 ± 0.00)" if best > 0.5 else
+                           "No linearized run keeps the original's accuracy to within 0.01; the most accurate is "
+                           "layer ω=1 at 0.500 ± 0.000 (NAPL 1.00 ± 0.00, linearized fraction 0.50 ± 0.00)") + "."
     assert findings[2] == "The original network (every ReLU nonlinear) has NAPL 2 and test accuracy 0.920 ± 0.010."
     kept = context(synthetic(differences, original=0.5 + d.mean()))["findings"][1]
-    assert kept.startswith("The most linear run within 1 point of the original's accuracy is ")
-    assert "NAPL 1.00 ± 0.00 of 2, 50% of units still nonlinear" in kept
+    assert kept.startswith("The most linear run within 0.01 of the original's accuracy is ")
+    assert "NAPL 1.00 ± 0.00 of 2, linearized fraction 0.50 ± 0.00, accuracy" in kept
+
+
+def test_findings_say_what_the_rows_at_the_original_napl_are():
+    """No partly linearized NAPL matched: the findings say so and name the rows the table does show
+    (the original's NAPL, fully linear), instead of contradicting it."""
+    rows = []
+    for seed in range(3):
+        rows += [(seed, "channel", 1.0, 0.0, 0.4), (seed, "layer", 1.0, 0.0, 0.4),
+                 (seed, "channel", 0.0, 2.0, 0.9), (seed, "layer", 0.0, 2.0, 0.9)]
+    runs = runs_frame(rows).assign(nonlinear_fraction=lambda f: f["napl"] / 2, apl=lambda f: f["napl"],
+                                   frozen_fraction=lambda f: 1 - f["napl"] / 2, bit_exact_at_start=True)
+    runs["run"] = [f"{g} ω={w:g} seed={s}" for g, w, s in zip(runs["granularity"], runs["omega"], runs["seed"],
+                                                               strict=True)]
+    matched = matched_napl(runs)
+    over = matched_over_seeds(matched)
+    assert lowest_matched(over, 3, original_napl=2.0) is None
+    summary = {"original_accuracy": 0.9, "original_accuracies": [0.9] * 3, "original_napl": 2.0, "seeds": [0, 1, 2],
+               "chance_accuracy": 0.1, "unchanged_runs": [], "runs": [], "lowest_matched_napl": None}
+    result = LinearizeResult(summary=summary, tables={"runs": runs, "matched": matched, "matched_mean": over,
+                                                      "aggregate": aggregate_runs(runs)}, meta={})
+    ctx = context(result)
+    first = ctx["findings"][0]
+    assert "not compared at a matched, partly linearized NAPL" in first
+    assert "NAPL 2 is the original's (runs that linearized nothing)" in first
+    assert "NAPL 0 is fully linear" in first
+    notes = {r["napl"]: r["note"] for r in ctx["matched_mean"]}
+    assert notes == {"0": "fully linear: the same network at either granularity",
+                     "2": "original NAPL: nothing linearized"}
 
 
 def test_binomial_fit_is_exact_for_a_residual_network_and_keeps_the_mean():

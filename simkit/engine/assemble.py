@@ -18,15 +18,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from simkit.catalog import CHANCE_MARGIN, MEASURES, TESTED_NULL, range_width
 from simkit.engine.measure import Measured
 from simkit.metrics.settings import CompareSettings
 from simkit.results import CompareResult, StudyResult
 from simkit.runinfo import run_meta
 
 
-def similarity_frame(values: dict[str, dict[str, np.ndarray]], labels_a: Sequence[str],
-                     labels_b: Sequence[str]) -> pd.DataFrame:
-    """Long table ``layer_a, layer_b, metric, value[, null_mean, null_p95]`` from computed matrices."""
+def similarity_frame(values: dict[str, dict[str, np.ndarray]], labels_a: Sequence[str], labels_b: Sequence[str],
+                     permutations: Mapping[str, int] | None = None) -> pd.DataFrame:
+    """Long table ``layer_a, layer_b, metric, value[, null_mean, null_p95, chance, beats_chance, ci_low,
+    ci_high]`` from computed matrices; ``permutations``: each metric's null draws (the chance rule)."""
     parts = []
     grid_a, grid_b = np.meshgrid(np.arange(len(labels_a)), np.arange(len(labels_b)), indexing="ij")
     for metric, arrays in values.items():
@@ -36,11 +38,42 @@ def similarity_frame(values: dict[str, dict[str, np.ndarray]], labels_a: Sequenc
             "metric": metric,
             "value": np.asarray(arrays["value"], dtype=np.float64).ravel(),
         })
-        for column in ("null_mean", "null_p95"):
-            if column in arrays:
-                part[column] = np.asarray(arrays[column], dtype=np.float64).ravel()
+        columns: dict[str, np.ndarray] = {c: np.asarray(arrays[c], dtype=np.float64)
+                                          for c in ("null_mean", "null_p95") if c in arrays}
+        columns.update(chance_columns(metric, arrays, (permutations or {}).get(metric, 0)))
+        columns.update({c: np.asarray(arrays[c], dtype=np.float64) for c in ("ci_low", "ci_high") if c in arrays})
+        for column, array in columns.items():
+            part[column] = array.ravel()
         parts.append(part)
     return pd.concat(parts, ignore_index=True)
+
+
+def chance_columns(metric: str, arrays: Mapping[str, np.ndarray], permutations: int) -> dict[str, np.ndarray]:
+    """``chance`` (the closed form, else the null mean) and ``beats_chance`` (the catalogue's rule,
+    ``simkit.catalog.beats_chance_rule``) of one metric's cells; {} when it has no chance level."""
+    if "chance" in arrays:
+        chance = np.asarray(arrays["chance"], dtype=np.float64)
+    elif "null_mean" in arrays:
+        chance = np.asarray(arrays["null_mean"], dtype=np.float64)
+    else:
+        return {}
+    value = np.asarray(arrays["value"], dtype=np.float64)
+    similar = MEASURES[metric].similarity
+    tested = permutations >= TESTED_NULL and "null_p95" in arrays
+    if tested:
+        bound = np.asarray(arrays["null_p95" if similar else "null_p05"], dtype=np.float64)
+    else:
+        margin = CHANCE_MARGIN * range_width(metric)
+        bound = chance + margin if similar else chance - margin
+    with np.errstate(invalid="ignore"):
+        beats = value > bound if similar else value < bound
+    beats = np.where(np.isfinite(value) & np.isfinite(bound), beats, False)
+    return {"chance": chance, "beats_chance": beats}
+
+
+def drawn(measured: Measured) -> dict[str, int]:
+    """The permutations each metric's null actually drew (``meta.method``; 0 without a null)."""
+    return {m: int(d.get("null") or 0) for m, d in measured.method.items()}
 
 
 def layers_meta(layers: pd.DataFrame) -> dict[str, list[dict[str, Any]]]:
@@ -74,7 +107,7 @@ class Run:
 def engine_meta(run: Run, measured: Measured, *, seconds: float, timings: Mapping[str, float] | None = None,
                 **fields: Any) -> dict[str, Any]:
     """``meta`` of every engine result: settings, seeds, method, timings (see the module docstring)."""
-    settings = {**run.settings.to_dict(), "device": run.device, **run.own}
+    settings = {**run.settings.resolved(), "null": drawn(measured), "device": run.device, **run.own}
     return run_meta(**fields, settings=settings, settings_given=run.given.to_dict(),
                     seeds={"null": run.settings.seed, **run.seeds}, method=measured.method,
                     timings=_timings(seconds, measured, timings or {}))
@@ -87,7 +120,7 @@ def compare_result(run: Run, measured: Measured, *, model_a: str, model_b: str, 
 
     layers_a/layers_b: the chosen layers (matrix rows and columns); layer_rows: one row per chosen layer
     and side (model, name, type, shape, reduction, dim)."""
-    frame = similarity_frame(measured.values, layers_a, layers_b)
+    frame = similarity_frame(measured.values, layers_a, layers_b, drawn(measured))
     layers = pd.DataFrame(list(layer_rows))
     summary = {"model_a": model_a, "model_b": model_b, "data": data, "n": measured.rows,
                "mode": run.settings.mode, "metrics": list(run.settings.metrics), "n_layers_a": len(layers_a),
@@ -99,7 +132,7 @@ def compare_result(run: Run, measured: Measured, *, model_a: str, model_b: str, 
 def study_result(run: Run, measured: Measured, *, labels: Sequence[str], layers: Sequence[str],
                  models: Sequence[str], caches: Sequence[str], data: str, seconds: float) -> StudyResult:
     """A StudyResult: the model × model ``study`` table, the ``models`` table, the contract summary, meta."""
-    frame = similarity_frame(measured.values, labels, labels).rename(
+    frame = similarity_frame(measured.values, labels, labels, drawn(measured)).rename(
         columns={"layer_a": "model_a", "layer_b": "model_b"})
     layer_of = dict(zip(labels, layers, strict=True))
     frame.insert(2, "layer_a", frame["model_a"].map(layer_of))

@@ -15,9 +15,11 @@ import numpy as np
 import pandas as pd
 
 from simkit.linearization.labels import run_label
+from simkit.stats import paired_difference
 
 NAPL_DIGITS = 9
-AGGREGATED = ("napl", "accuracy", "nonlinear_fraction", "apl", "frozen_fraction")
+AGGREGATED = ("napl", "accuracy", "nonlinear_fraction", "apl", "frozen_fraction", "linearized_fraction",
+              "mean_abs_one_minus_alpha", "accuracy_recovered")
 
 
 def spread(values) -> float:
@@ -38,16 +40,25 @@ def label(granularity: str, omega: float) -> str:
 
 def aggregate_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per granularity × ω (in sweep order): ``run``, ``seeds`` and, for each of
-    :data:`AGGREGATED`, ``<name>_mean`` and ``<name>_std`` over the seeds (ddof = 1).
-    runs: the runs table (with a ``seed`` column)."""
-    columns = ["run", "granularity", "omega", "seeds"] + [f"{c}_{s}" for c in AGGREGATED for s in ("mean", "std")]
+    :data:`AGGREGATED` that ``runs`` has, ``<name>_mean`` and ``<name>_std`` over the seeds (ddof = 1).
+    With ``accuracy_recovered`` (a sweep with recovery) also the recovery gain, accuracy_recovered −
+    accuracy paired by seed: ``recovery_gain_mean``, ``_std`` and its 95 % t interval ``_low``, ``_high``
+    (NaN with one seed). runs: the runs table (with a ``seed`` column)."""
+    names = [c for c in AGGREGATED if c in runs.columns]
+    gain = "accuracy_recovered" in runs.columns
+    columns = ["run", "granularity", "omega", "seeds"] + [f"{c}_{s}" for c in names for s in ("mean", "std")]
+    columns += [f"recovery_gain_{s}" for s in ("mean", "std", "low", "high")] if gain else []
     rows = []
     for (granularity, omega), group in runs.groupby(["granularity", "omega"], sort=False):
         row = {"run": label(granularity, omega), "granularity": granularity, "omega": float(omega),
                "seeds": int(group["seed"].nunique())}
-        for name in AGGREGATED:
+        for name in names:
             row[f"{name}_mean"] = float(group[name].mean())
             row[f"{name}_std"] = spread(group[name])
+        if gain:
+            interval = paired_difference(group["accuracy_recovered"], group["accuracy"])
+            row.update(recovery_gain_mean=interval.mean, recovery_gain_std=interval.std,
+                       recovery_gain_low=interval.low, recovery_gain_high=interval.high)
         rows.append(row)
     return pd.DataFrame(rows, columns=columns)
 

@@ -1,4 +1,5 @@
-"""Channel-wise against layer-wise accuracy at matched NAPL, per seed and over seeds.
+"""Channel-wise against layer-wise accuracy at matched NAPL (or matched fraction of units linearized),
+per seed and over seeds.
 
 Within one seed, runs of a granularity that reach the same NAPL (to :data:`NAPL_DIGITS` decimals) are
 one point: the mean of their accuracies (never one of them picked arbitrarily, and never an
@@ -6,6 +7,12 @@ interpolation over duplicate x values). Every distinct layer-wise NAPL is then m
 channel-wise accuracy at that NAPL: the channel-wise point itself when one lies there (``exact``),
 linear interpolation between the two channel-wise points around it (``interpolated``), or, outside
 the channel-wise range, the nearest channel-wise point (``nearest``: not a match, only a hint).
+The same matching on another x (``x="linearized_fraction"``: the fraction of units whose slope is 1)
+gives the comparison at equal fraction linearized; its tables name that column instead of ``napl``.
+
+Over seeds, the channel − layer difference is paired by seed (both granularities start from the same
+network of that seed): its mean, std, 95 % t interval (``difference_low``, ``difference_high``) and the
+verdict of "channel-wise keeps more accuracy" come from :mod:`simkit.stats`.
 """
 
 from __future__ import annotations
@@ -17,18 +24,23 @@ import pandas as pd
 
 from simkit.linearization.aggregate import napl_key, spread
 from simkit.linearization.labels import omega_text
+from simkit.stats import paired_difference, verdict
 
 MATCHED_COLUMNS = ["seed", "napl", "layer_omega", "layer_runs", "layer_accuracy", "channel_accuracy",
                    "channel_runs", "difference", "how"]
 MATCHED_MEAN_COLUMNS = ["napl", "seeds", "matched_seeds", "layer_accuracy_mean", "layer_accuracy_std",
                         "channel_accuracy_mean", "channel_accuracy_std", "difference_mean", "difference_std",
-                        "difference_min", "difference_max"]
+                        "difference_low", "difference_high", "difference_min", "difference_max", "verdict"]
 
 
-def _points(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per distinct NAPL of ``runs`` (one granularity, one seed), sorted by NAPL: the mean
-    accuracy, how many runs, and their ω values as text."""
-    keyed = runs.assign(key=[napl_key(v) for v in runs["napl"]])
+def _columns(columns: list[str], x: str) -> list[str]:
+    return [x if c == "napl" else c for c in columns]
+
+
+def _points(runs: pd.DataFrame, x: str = "napl") -> pd.DataFrame:
+    """One row per distinct ``x`` of ``runs`` (one granularity, one seed), sorted by it: the mean
+    accuracy, how many runs, and their ω values as text; the x column is called ``napl`` here."""
+    keyed = runs.assign(key=[napl_key(v) for v in runs[x]])
     rows = [{"napl": key, "accuracy": float(group["accuracy"].mean()), "runs": len(group),
              "omega": ", ".join(omega_text(w) for w in sorted(group["omega"]))}
             for key, group in keyed.groupby("key", sort=True)]
@@ -48,46 +60,53 @@ def _match(napl: float, channel: pd.DataFrame) -> tuple[float, int, str]:
     return float(ys[nearest]), int(counts[nearest]), "nearest"
 
 
-def matched_napl(runs: pd.DataFrame) -> pd.DataFrame:
+def matched_napl(runs: pd.DataFrame, x: str = "napl") -> pd.DataFrame:
     """Channel-wise accuracy at each distinct layer-wise NAPL of each seed, and the difference
     (channel − layer); columns :data:`MATCHED_COLUMNS`, sorted by seed, then NAPL.
 
     runs: the runs table (granularity, omega, napl, accuracy and, for several seeds, seed). A seed
-    without runs of both granularities has no rows.
+    without runs of both granularities has no rows. x: the column matched on (default ``napl``;
+    ``linearized_fraction`` for equal fraction linearized), which replaces ``napl`` in the columns.
     """
     runs = runs if "seed" in runs.columns else runs.assign(seed=0)
     rows: list[dict[str, Any]] = []
     for seed, group in runs.groupby("seed", sort=True):
-        channel = _points(group[group["granularity"] == "channel"])
-        layer = _points(group[group["granularity"] == "layer"])
+        channel = _points(group[group["granularity"] == "channel"], x)
+        layer = _points(group[group["granularity"] == "layer"], x)
         if channel.empty or layer.empty:
             continue
         for point in layer.itertuples(index=False):
             accuracy, count, how = _match(float(point.napl), channel)
-            rows.append({"seed": int(seed), "napl": float(point.napl), "layer_omega": point.omega,
+            rows.append({"seed": int(seed), x: float(point.napl), "layer_omega": point.omega,
                          "layer_runs": int(point.runs), "layer_accuracy": float(point.accuracy),
                          "channel_accuracy": accuracy, "channel_runs": count,
                          "difference": accuracy - float(point.accuracy), "how": how})
-    return pd.DataFrame(rows, columns=MATCHED_COLUMNS)
+    return pd.DataFrame(rows, columns=_columns(MATCHED_COLUMNS, x))
 
 
-def matched_over_seeds(matched: pd.DataFrame) -> pd.DataFrame:
-    """Mean ± spread over seeds of :func:`matched_napl`'s rows at each layer-wise NAPL; columns
-    :data:`MATCHED_MEAN_COLUMNS`: ``seeds`` that reached the NAPL, ``matched_seeds`` of them with a
-    real match (exact or interpolated), and the mean, std (ddof = 1), min and max over those matched
-    seeds (over every seed when none matched: then the values are only nearest-run hints)."""
+def matched_over_seeds(matched: pd.DataFrame, x: str = "napl") -> pd.DataFrame:
+    """Mean ± spread over seeds of :func:`matched_napl`'s rows at each layer-wise ``x``; columns
+    :data:`MATCHED_MEAN_COLUMNS` (``x`` in place of ``napl``): ``seeds`` that reached it,
+    ``matched_seeds`` of them with a real match (exact or interpolated), and over those matched seeds
+    (over every seed when none matched: then the values are only nearest-run hints) the mean and std
+    (ddof = 1) of each accuracy, the paired channel − layer difference with its 95 % t interval
+    (``difference_low``/``difference_high``, NaN with one seed), its min and max, and ``verdict``:
+    :func:`simkit.stats.verdict` of "channel-wise keeps more accuracy" (``too few seeds`` with one)."""
     rows = []
-    for napl, group in matched.groupby("napl", sort=True):
+    for value, group in matched.groupby(x, sort=True):
         real = group[group["how"] != "nearest"]
         use = real if len(real) else group
-        rows.append({"napl": float(napl), "seeds": len(group), "matched_seeds": len(real),
+        interval = paired_difference(use["channel_accuracy"], use["layer_accuracy"])
+        rows.append({x: float(value), "seeds": len(group), "matched_seeds": len(real),
                      "layer_accuracy_mean": float(use["layer_accuracy"].mean()),
                      "layer_accuracy_std": spread(use["layer_accuracy"]),
                      "channel_accuracy_mean": float(use["channel_accuracy"].mean()),
                      "channel_accuracy_std": spread(use["channel_accuracy"]),
                      "difference_mean": float(use["difference"].mean()), "difference_std": spread(use["difference"]),
-                     "difference_min": float(use["difference"].min()), "difference_max": float(use["difference"].max())})
-    return pd.DataFrame(rows, columns=MATCHED_MEAN_COLUMNS)
+                     "difference_low": interval.low, "difference_high": interval.high,
+                     "difference_min": float(use["difference"].min()), "difference_max": float(use["difference"].max()),
+                     "verdict": verdict(interval, higher=True)})
+    return pd.DataFrame(rows, columns=_columns(MATCHED_MEAN_COLUMNS, x))
 
 
 def lowest_matched(over_seeds: pd.DataFrame, seeds: int, original_napl: float) -> dict[str, Any] | None:
@@ -100,4 +119,16 @@ def lowest_matched(over_seeds: pd.DataFrame, seeds: int, original_napl: float) -
     return None if ok.empty else ok.sort_values("napl").iloc[0].to_dict()
 
 
-__all__ = ["MATCHED_COLUMNS", "MATCHED_MEAN_COLUMNS", "lowest_matched", "matched_napl", "matched_over_seeds"]
+def highest_matched(over_seeds: pd.DataFrame, seeds: int) -> dict[str, Any] | None:
+    """The row of ``matched_over_seeds(..., x="linearized_fraction")`` at the highest fraction in (0, 1)
+    matched in all ``seeds`` seeds, as a dict; None when there is none (fraction 0: nothing linearized,
+    fraction 1: the same fully linear network at either granularity)."""
+    if "linearized_fraction" not in over_seeds.columns or over_seeds.empty:
+        return None
+    fraction = over_seeds["linearized_fraction"]
+    ok = over_seeds[(fraction > 0) & (fraction < 1) & (over_seeds["matched_seeds"] == seeds)]
+    return None if ok.empty else ok.sort_values("linearized_fraction").iloc[-1].to_dict()
+
+
+__all__ = ["MATCHED_COLUMNS", "MATCHED_MEAN_COLUMNS", "highest_matched", "lowest_matched", "matched_napl",
+           "matched_over_seeds"]

@@ -8,6 +8,8 @@ run is a named stage of the shared training loop (``linearize_<granularity>_w<ω
 skips finished runs and continues an interrupted one. Then: test accuracy, NAPL and the path-length
 distribution (``simkit.linearization.napl``), the fraction still nonlinear per layer, optionally the
 folded network's depth and size, and linear CKA of every activation site against the original's.
+With ``recover`` > 0 each run is then fine-tuned with its slopes fixed and the penalty dropped
+(``simkit.linearization.recover``, stage ``<run stage>_recover``) and its test accuracy measured again.
 Over seeds: mean ± spread per granularity × ω (``simkit.linearization.aggregate``) and the
 channel − layer difference at matched NAPL (``simkit.linearization.matched``).
 """
@@ -34,11 +36,13 @@ from simkit.forward import check_accepts, eval_mode, modes_kept, resolve_device
 from simkit.linearization.aggregate import aggregate_runs, mean_over_seeds
 from simkit.linearization.fold import fold_linear_stretches
 from simkit.linearization.labels import omega_text, run_label, stage_name
-from simkit.linearization.matched import lowest_matched, matched_napl, matched_over_seeds
+from simkit.linearization.matched import highest_matched, lowest_matched, matched_napl, matched_over_seeds
 from simkit.linearization.napl import PathLengths, path_lengths
 from simkit.linearization.prelu import explicit_relus, site_channels, swap_relus
+from simkit.linearization.recover import recover
 from simkit.linearization.settings import LinearizeSettings
 from simkit.linearization.slope import FREEZE_TOL, FreezeRule, SlopeReLU, slope_modules, slope_penalty
+from simkit.linearization.units import unit_statistics
 from simkit.results import LinearizeResult
 from simkit.rundir import RunDir, fingerprint, open_run_dir
 from simkit.runinfo import run_meta
@@ -46,7 +50,10 @@ from simkit.surgery import bit_mismatches
 from simkit.training import TrainConfig, TrainHistory, evaluate_accuracy, fit, train_classifier
 
 RUN_COLUMNS = ["granularity", "omega", "napl", "nonlinear_fraction", "accuracy", "seed", "apl", "active_layers",
-               "frozen_fraction", "mean_alpha", "bit_exact_at_start", "final_loss", "steps", "time_s", "run"]
+               "frozen_fraction", "mean_alpha", "bit_exact_at_start", "final_loss", "steps", "time_s", "run",
+               "linearized_fraction", "mean_abs_one_minus_alpha"]
+# with ``recover`` > 0: after recovery (accuracy_recovered), its last loss and steps
+RECOVER_COLUMNS = ["accuracy_recovered", "final_loss_recovered", "steps_recovered"]
 
 # what ``linearize`` takes as its model: a module, or a factory building the model of each seed
 ModelSource = nn.Module | Callable[[int], nn.Module]
@@ -200,6 +207,7 @@ class _Tables:
         self.cka: list[dict[str, Any]] = []
         self.history: list[dict[str, Any]] = []
         self.dists: list[dict[str, Any]] = []
+        self.warnings: list[str] = []
 
 
 def _sweep(model: ModelSource, first: nn.Module, s: LinearizeSettings, train: Dataset,
@@ -252,9 +260,10 @@ def _sweep(model: ModelSource, first: nn.Module, s: LinearizeSettings, train: Da
                            final_loss=history.losses[-1] if history.losses else float("nan"),
                            steps=history.steps, run=label)
                 if row["frozen_fraction"] == 0:
-                    warnings.warn(f"run {label} linearized nothing: no slope reached α = 1, so NAPL stays at the "
-                                  f"original {original_paths.napl:g}; raise `omega`, `epochs` or `slope_lr`",
-                                  RuntimeWarning, stacklevel=3)   # points at linearize's caller
+                    message = (f"run {label} linearized nothing: no slope reached α = 1, so NAPL stays at the "
+                               f"original {original_paths.napl:g}; raise `omega`, `epochs` or `slope_lr`")
+                    tables.warnings.append(message)
+                    warnings.warn(message, RuntimeWarning, stacklevel=3)   # points at linearize's caller
                 paths = row.pop("paths")
                 tables.dists += _dist_rows(label, paths, granularity, omega, seed)
                 for layer, module in slope_modules(linear):
@@ -266,6 +275,15 @@ def _sweep(model: ModelSource, first: nn.Module, s: LinearizeSettings, train: Da
                     cka_rows = _cka_rows(label, original, linear, x_test[:s.cka_samples],
                                          [site.name for site in sites], seed, device, progress)
                     tables.cka += [{**r, "granularity": granularity, "omega": omega, "seed": seed} for r in cka_rows]
+                if s.recover > 0:   # after every measurement of the post-trained run: they stay "before"
+                    recovered = recover(linear, x, y, epochs=s.recover, lr=s.lr, batch_size=s.batch_size, seed=seed,
+                                        run_dir=run_dir,
+                                        name=stage_name(granularity, omega, seed if several else None) + "_recover",
+                                        resume=resume, progress=progress,
+                                        description=f"{label} recover [{done}/{total}]")
+                    row.update(accuracy_recovered=evaluate_accuracy(linear, x_test, y_test),
+                               final_loss_recovered=recovered.losses[-1] if recovered.losses else float("nan"),
+                               steps_recovered=recovered.steps)
                 row["time_s"] = timings[label] = time.perf_counter() - t0
                 tables.runs.append(row)
     timings["total"] = time.perf_counter() - started
@@ -288,7 +306,7 @@ def _measure(linear: nn.Module, x_test: Tensor, y_test: Tensor, example: Tensor,
         "accuracy": evaluate_accuracy(linear, x_test, y_test), "apl": paths.apl,
         "active_layers": sum(m.nonlinear_fraction() > 0 for _, m in slopes),
         "frozen_fraction": float(torch.cat([m.frozen for _, m in slopes]).float().mean()),
-        "mean_alpha": float(alphas.mean()), "paths": paths}
+        "mean_alpha": float(alphas.mean()), "paths": paths, **unit_statistics(slopes, units)}
     if s.fold:
         row.update(_fold_row(linear, x_test, y_test))
     return row
@@ -298,15 +316,21 @@ def _result(tables: _Tables, originals: list[dict[str, Any]], seeds: list[int], 
             meta: dict[str, Any]) -> LinearizeResult:
     """The LinearizeResult of a finished sweep: tables, per-seed and over-seed summaries."""
     runs = tables.runs
-    columns = RUN_COLUMNS + [c for c in (runs[0] if runs else {}) if c not in RUN_COLUMNS]
+    extra = [c for c in (runs[0] if runs else {}) if c not in RUN_COLUMNS and c not in RECOVER_COLUMNS]
+    recovered = [c for c in RECOVER_COLUMNS if runs and c in runs[0]]
+    columns = RUN_COLUMNS + extra + recovered
     runs_frame = pd.DataFrame(runs).reindex(columns=columns)
     matched = matched_napl(runs_frame)
     over_seeds = matched_over_seeds(matched)
     lowest = lowest_matched(over_seeds, len(seeds), originals[0]["paths"].napl)
+    by_fraction = matched_napl(runs_frame, x="linearized_fraction")
+    fraction_over_seeds = matched_over_seeds(by_fraction, x="linearized_fraction")
+    highest = highest_matched(fraction_over_seeds, len(seeds))
     layers, dists = pd.DataFrame(tables.layers), pd.DataFrame(tables.dists)
     frames = {"runs": runs_frame, "layers": layers, "distributions": dists,
               "history": pd.DataFrame(tables.history, columns=["run", "step", "loss"]), "matched": matched,
               "matched_mean": over_seeds, "aggregate": aggregate_runs(runs_frame),
+              "matched_fraction": by_fraction, "matched_fraction_mean": fraction_over_seeds,
               "layers_mean": mean_over_seeds(layers, ["granularity", "omega", "layer"], "nonlinear_fraction"),
               "distributions_mean": mean_over_seeds(dists, ["granularity", "omega", "length"], "probability")}
     if cka:
@@ -325,8 +349,25 @@ def _result(tables: _Tables, originals: list[dict[str, Any]], seeds: list[int], 
                "lowest_matched_napl": None if lowest is None else lowest["napl"],
                "lowest_matched_difference": None if lowest is None else lowest["difference_mean"],
                "lowest_matched_difference_std": None if lowest is None or len(seeds) < 2
-               else lowest["difference_std"]}
+               else lowest["difference_std"],
+               **_interval_keys("lowest_matched", lowest, len(seeds)),
+               "highest_matched_fraction": None if highest is None else highest["linearized_fraction"],
+               "highest_matched_fraction_difference": None if highest is None else highest["difference_mean"],
+               "highest_matched_fraction_difference_std": None if highest is None or len(seeds) < 2
+               else highest["difference_std"],
+               **_interval_keys("highest_matched_fraction", highest, len(seeds)),
+               "warnings": list(dict.fromkeys(tables.warnings))}
     return LinearizeResult(summary=summary, tables=frames, meta=meta)
+
+
+def _interval_keys(prefix: str, row: dict[str, Any] | None, seeds: int) -> dict[str, Any]:
+    """``<prefix>_difference_low`` / ``_high`` (the 95 % t interval of the paired channel − layer
+    difference; null with one seed or no matched point) and ``<prefix>_verdict`` (``simkit.stats.verdict``
+    of "channel-wise ahead"; null without a matched point)."""
+    several = row is not None and seeds > 1
+    return {f"{prefix}_difference_low": float(row["difference_low"]) if several and row else None,
+            f"{prefix}_difference_high": float(row["difference_high"]) if several and row else None,
+            f"{prefix}_verdict": None if row is None else str(row["verdict"])}
 
 
 def _unit_fraction(slopes: Sequence[tuple[str, SlopeReLU]], units: dict[str, int]) -> float:

@@ -32,7 +32,10 @@ class LinearizeSettings:
     has no native test split) and training; seeds: how many seeds to run, ``seed``, ``seed`` + 1, ...:
     the whole sweep (and the pre-training when ``train`` > 0) repeats once per seed, on the one split
     drawn by ``seed``, and the tables aggregate mean ± spread over seeds; eps: ε of the penalty
-    Σ(|1 − α| + ε)^0.5; freeze_tol: |α − 1| below which a slope is frozen at 1.
+    Σ(|1 − α| + ε)^0.5; freeze_tol: |α − 1| below which a slope is frozen at 1; recover: epochs of
+    recovery after post-training (0: none): every run's slopes are fixed as they ended (linear units
+    stay linear, the others keep their α), the penalty is dropped and the weights are fine-tuned with
+    cross-entropy alone; the runs table then has ``accuracy_recovered`` beside ``accuracy`` (before).
     """
 
     granularity: list[str] = field(default_factory=lambda: list(GRANULARITIES))
@@ -49,6 +52,7 @@ class LinearizeSettings:
     eps: float = 1e-3
     freeze_tol: float = FREEZE_TOL
     cka_samples: int = 512
+    recover: float = 0.0
 
     def validate(self) -> None:
         """Raise SimkitError (naming the field in backticks) for settings that cannot run."""
@@ -66,12 +70,13 @@ class LinearizeSettings:
             raise SimkitError(f"`omega` values must be finite numbers >= 0, got {omegas}")
         if not _number(self.epochs) or not self.epochs > 0:
             raise SimkitError(f"`epochs` must be > 0 for post-training, got {self.epochs}")
-        for name in ("train", "lr", "slope_lr", "eps", "freeze_tol"):
+        for name in ("train", "lr", "slope_lr", "eps", "freeze_tol", "recover"):
             value = getattr(self, name)
             if not _number(value) or math.isnan(value):
                 raise SimkitError(f"`{name}` must be a number, got {value!r}")
         check_real("epochs", self.epochs, 0, strict=True)
         check_real("train", self.train, 0)
+        check_real("recover", self.recover, 0)
         check_real("lr", self.lr, 0, strict=True)
         check_real("slope_lr", self.slope_lr, 0, strict=True)
         check_real("eps", self.eps, 0)

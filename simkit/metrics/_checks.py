@@ -123,6 +123,39 @@ def is_constant(x: Tensor, rtol: float = CONSTANT_RTOL) -> bool:
     return bool(constant_columns(spread, size, rtol).all())
 
 
+#: Machine epsilon of the numerical-rank rule. Every path takes its covariances (the functions, the feature
+#: path's streamed sums, the fold path's per-fold sums, the stored paths' spectra) as float64 products of
+#: float64 copies of the activations, so whatever the activations' dtype their rank is judged at
+#: float64's precision: float32 activations hold exactly the values they hold, and directions that
+#: are small but above float64 rounding are real (scikit-learn and numpy see them too).
+RANK_EPS = float(torch.finfo(torch.float64).eps)
+
+
+def rank_rtol(width: int) -> float:
+    """THE numerical-rank rule, relative to the largest eigenvalue: ``max(100, p) · eps(float64)``.
+
+    An eigenvalue ``λ`` of a layer's centred covariance ``X̃ᵀX̃`` (``p`` = the layer's features, whatever
+    matrix is decomposed: the ``p × p`` covariance or the ``n × n`` Gram) counts in the rank when
+    ``λ > rank_rtol(p) · λ_max``; on the singular values of ``X̃`` that is ``σ > √(max(100, p)·eps) · σ_max``
+    (``1.5e-7 σ_max`` up to 100 features, ``3.4e-7 σ_max`` at 512). The float64 sums and their
+    eigendecomposition resolve eigenvalues to a few ``p · eps · λ_max``, so the rule keeps every direction
+    above that noise and drops only directions that no float64 computation resolves (exact duplicates,
+    the ``p − n + 1`` null directions of a layer wider than the sample). Each layer has its own tolerance.
+    Used by :func:`rank_mask` and so by :mod:`simkit.metrics.shape` (the CCA family's whitening, all paths)
+    and :func:`simkit.metrics.predictivity.ridge_from_moments` (``ridge_r2``'s pseudo-inverse, all paths).
+    """
+    return max(100, int(width)) * RANK_EPS
+
+
+def rank_mask(lam: Tensor, width: int) -> Tensor:
+    """The eigenvalues ``lam (r,)`` (any order) of a layer of ``width`` features counted in its numerical
+    rank (:func:`rank_rtol`): bool ``(r,)``, all False when no eigenvalue is positive."""
+    top = float(lam.max()) if lam.numel() else 0.0
+    if not top > 0:
+        return torch.zeros_like(lam, dtype=torch.bool)
+    return lam > rank_rtol(width) * top
+
+
 def warn_undefined(reason: str, stacklevel: int = 3, metric: str = "CKA") -> None:
     """The one warning for an undefined similarity (the engine re-raises it with the layer name)."""
     warnings.warn(f"{metric} is undefined ({reason}); returning NaN", RuntimeWarning, stacklevel=stacklevel)

@@ -4,7 +4,9 @@
 for each fold the ridge map ``W = (C_xx + λ' I)^{-1} C_xy`` is fitted on the other folds (columns centred
 on the training means, ``λ' = ridge_lambda · tr(C_xx) / p``, relative to the mean eigenvalue so the value
 is invariant to isotropic scaling of X; ``ridge_lambda = 0`` is least squares with the pseudo-inverse on
-the numerical rank), and the held-out fold is predicted. The value pools the folds::
+the numerical rank of the training covariance, by the one rule of every path:
+:func:`~simkit.metrics._checks.rank_rtol` of X's width, float64's epsilon), and the held-out fold is
+predicted. The value pools the folds::
 
     R² = 1 − Σ_f Σ_{i∈f} ‖(y_i − ȳ₋f) − (x_i − x̄₋f) W₋f‖² / Σ_f Σ_{i∈f} ‖y_i − ȳ₋f‖²
 
@@ -26,7 +28,7 @@ import torch
 from torch import Tensor
 
 from simkit.errors import SimkitError
-from simkit.metrics._checks import as_matrix, check_same_n, is_constant, warn_undefined
+from simkit.metrics._checks import as_matrix, check_same_n, is_constant, rank_mask, warn_undefined
 from simkit.metrics.settings import check_folds, check_lambda
 
 
@@ -75,11 +77,12 @@ def fold_moments(xs: Sequence[Tensor], ys: Sequence[Tensor], folds: int, offset:
 
 
 def ridge_from_moments(m: FoldMoments, dims_a: Sequence[int], dims_b: Sequence[int], ridge_lambda: float,
-                       rtol: float) -> Tensor:
+                       ) -> Tensor:
     """Cross-validated ridge R² of every B layer from every A layer: ``(L_a, L_b)`` float64 (module docstring).
 
-    One eigendecomposition per A layer and fold, shared by all B layers. ``rtol``: relative eigenvalue
-    tolerance of the pseudo-inverse when ``ridge_lambda = 0``. A B layer without held-out variance is NaN.
+    One eigendecomposition per A layer and fold, shared by all B layers. With ``ridge_lambda = 0`` the
+    pseudo-inverse keeps the eigenvalues of the numerical rank, each A layer by its own width
+    (:func:`~simkit.metrics._checks.rank_mask`). A B layer without held-out variance is NaN.
     """
     la, lb = len(dims_a), len(dims_b)
     dev = m.sx.device
@@ -110,8 +113,7 @@ def ridge_from_moments(m: FoldMoments, dims_a: Sequence[int], dims_b: Sequence[i
             if ridge > 0:
                 inv = 1.0 / (lam + ridge)
             else:
-                top = float(lam.max())
-                keep = lam > rtol * top if top > 0 else torch.zeros_like(lam, dtype=torch.bool)
+                keep = rank_mask(lam, d)
                 inv = torch.where(keep, 1.0 / torch.where(keep, lam, torch.ones_like(lam)), torch.zeros_like(lam))
             w = vec @ (inv[:, None] * (vec.T @ cxy_train[rows]))          # (d, Q): all B layers at once
             fit = _segsum_cols((w * sxy_test[rows]).sum(0), dims_b)
@@ -139,5 +141,4 @@ def ridge_r2(x, y, ridge_lambda: float = 1e-2, ridge_folds: int = 5) -> float:
             warn_undefined(f"{name} is constant: every example has the same activation", 3, "ridge_r2")
             return float("nan")
     moments = fold_moments([xt], [yt], folds)
-    rtol = max(100, xt.shape[1]) * float(torch.finfo(torch.float64).eps)
-    return float(ridge_from_moments(moments, [xt.shape[1]], [yt.shape[1]], lam, rtol)[0, 0])
+    return float(ridge_from_moments(moments, [xt.shape[1]], [yt.shape[1]], lam)[0, 0])

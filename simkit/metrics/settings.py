@@ -19,28 +19,23 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from simkit.catalog import DEFAULT_METRICS, MEASURES, METRICS, cheap_null
+from simkit.catalog import DEFAULT_METRICS, DEFAULT_SAMPLED_NULL, MEASURES, METRICS, default_permutations
 from simkit.errors import SimkitError, unknown_name_error
 
 MODES = ("exact", "minibatch")
 RSA_DISTANCES = ("correlation", "euclidean", "cosine")
 RSA_COMPARES = ("spearman", "pearson", "kendall_tau_a")
 DEFAULT_MEMORY_BUDGET = 2**30
-# ``null=None``: this many permutations when every metric has a cheap null (the minibatch CKAs: the null
-# permutes the batch's b × b Grams, no extra forward pass, within the timing noise of the quick start,
-# see README "What each mode computes"), else none (an exact-mode null stores the activations instead of
-# streaming feature sums: +32 to +39 % CPU at n = 256 for ResNet-18 vs 34; benchmarks/bench_null.py)
-DEFAULT_NULL = 10
 #: the settings of the measures beyond CKA and k-NN: recorded only when a measure they change is chosen
 #: (``rbf_factor`` and ``knn_k`` are always recorded, as they always were)
 MEASURE_FIELDS = ("shape_alpha", "cca_eps", "svcca_keep", "ridge_lambda", "ridge_folds", "rsa_distance",
                   "rsa_compare")
 
 
-def default_null(metrics: Sequence[str], mode: str) -> int:
-    """The permutations ``null=None`` stands for: :data:`DEFAULT_NULL` when every metric's null is cheap
-    in ``mode`` (the catalogue's ``cheap_null``: the minibatch CKAs), else 0."""
-    return DEFAULT_NULL if cheap_null(list(metrics), mode) else 0
+def default_null(metrics: Sequence[str], mode: str) -> dict[str, int]:
+    """The permutations ``null=None`` stands for, per measure (the catalogue's ``chance``: a cheap null of
+    10 for the minibatch CKAs, none where the chance level has a closed form, a few elsewhere)."""
+    return {m: default_permutations(m, mode) for m in metrics}
 
 
 @dataclass(frozen=True)
@@ -51,7 +46,10 @@ class CompareSettings:
     mode: ``minibatch`` (per-batch HSIC averaged over batches, Nguyen et al.) or ``exact`` (full data);
         the measures beyond CKA are always full-data.
     batch_size: samples per batch. n: use at most this many samples (None: all).
-    null: permutations of B's samples for a null band; None = :func:`default_null`.
+    null: permutations of B's samples for a null band, for every measure; None (the default): each
+        measure's chance level as the catalogue says (``simkit.catalog.default_permutations``: 10 cheap
+        permutations for the minibatch CKAs, a closed form for exact linear/unbiased CKA and ``cca``, 5
+        permutations of stored activations for the others).
     seed: the permutation null's seed.
     memory_budget_bytes: the streamed sums' budget; beyond it a measure stores activations instead.
     rbf_factor: ``rbf_cka``'s bandwidth, this factor times the median pairwise distance.
@@ -64,6 +62,9 @@ class CompareSettings:
     ridge_folds: number of cross-validation folds of ``ridge_r2`` (sample ``i`` is in fold ``i mod k``).
     rsa_distance: RDM distance of ``rsa``: correlation | euclidean | cosine.
     rsa_compare: how ``rsa`` compares two RDMs' upper triangles: spearman | pearson | kendall_tau_a.
+    ci: the confidence of a bootstrap interval per cell (``ci_low``, ``ci_high``), e.g. 0.95; None: none.
+        Minibatch CKA: a Poisson bootstrap over batches (sums per replicate, nearly free).
+    ci_resamples: bootstrap replicates behind ``ci``.
     """
 
     metrics: Sequence[str] | str = DEFAULT_METRICS
@@ -82,6 +83,8 @@ class CompareSettings:
     ridge_folds: int = 5
     rsa_distance: str = "correlation"
     rsa_compare: str = "spearman"
+    ci: float | None = None
+    ci_resamples: int = 200
     validated: bool = field(default=False, repr=False, compare=False)
 
     def validate(self) -> CompareSettings:
@@ -91,7 +94,7 @@ class CompareSettings:
             return self
         metrics = check_metrics(self.metrics)
         mode = check_mode(self.mode)
-        null = default_null(metrics, mode) if self.null is None else check_null(self.null)
+        null = None if self.null is None else check_null(self.null)
         return replace(
             self, metrics=tuple(metrics), mode=mode, batch_size=check_count(self.batch_size, "batch_size", 1),
             n=None if self.n is None else check_count(self.n, "n", 1), null=null,
@@ -102,7 +105,9 @@ class CompareSettings:
             svcca_keep=check_keep(self.svcca_keep), ridge_lambda=check_lambda(self.ridge_lambda),
             ridge_folds=check_folds(self.ridge_folds),
             rsa_distance=check_choice(self.rsa_distance, "rsa_distance", RSA_DISTANCES),
-            rsa_compare=check_choice(self.rsa_compare, "rsa_compare", RSA_COMPARES), validated=True)
+            rsa_compare=check_choice(self.rsa_compare, "rsa_compare", RSA_COMPARES),
+            ci=None if self.ci is None else check_ci(self.ci),
+            ci_resamples=check_count(self.ci_resamples, "ci_resamples", 10), validated=True)
 
     def to_dict(self) -> dict[str, Any]:
         """Every setting, JSON-ready, for ``meta.settings``; a measure's own settings only when a measure they
@@ -111,7 +116,23 @@ class CompareSettings:
         used = {s for m in chosen if m in MEASURES for s in MEASURES[m].settings}
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "validated"}
         out["metrics"] = chosen
+        if out["ci"] is None:  # recorded only when an interval was asked for
+            del out["ci"], out["ci_resamples"]
         return {k: v for k, v in out.items() if k not in MEASURE_FIELDS or k in used}
+
+    def resolved(self) -> dict[str, Any]:
+        """:meth:`to_dict` with ``null`` resolved: the permutations each measure got (``meta.settings``)."""
+        return {**self.to_dict(), "null": {m: self.permutations(m) for m in self.to_dict()["metrics"]}}
+
+    def permutations(self, name: str) -> int:
+        """The permutations of measure ``name``'s null: ``null`` when given, else the catalogue's default."""
+        return default_permutations(name, self.mode, self.cca_eps) if self.null is None else int(self.null)
+
+    def stored_permutations(self, names: Sequence[str]) -> int:
+        """The permutations of the stored strategy, which draws one set for all its measures: ``null`` when
+        given, else a few (``DEFAULT_SAMPLED_NULL``), so every stored measure gets a chance level."""
+        return int(self.null) if self.null is not None else max(
+            [DEFAULT_SAMPLED_NULL, *(self.permutations(m) for m in names)])
 
     def as_dict(self) -> dict[str, Any]:
         """Every field by name (the measures' own settings included)."""
@@ -160,7 +181,7 @@ def check_metrics(metrics: Sequence[str] | str) -> list[str]:
 def check_count(value: Any, name: str, least: int) -> int:
     """``value`` as an int ≥ ``least`` (0: a count, 1: a positive size)."""
     if not _integer(value) or value < least:
-        what = "a positive integer" if least >= 1 else "0 or a positive integer"
+        what = {0: "0 or a positive integer", 1: "a positive integer"}.get(least, f"an integer >= {least}")
         raise SimkitError(f"`{name}` must be {what}, got {value!r}")
     return int(value)
 
@@ -171,6 +192,13 @@ def check_mode(value: Any) -> str:
     if value not in MODES:
         raise SimkitError(f"unknown `mode` {value!r}; choose exact or minibatch")
     return str(value)
+
+
+def check_ci(value: Any) -> float:
+    """``ci``: a confidence level in (0, 1)."""
+    if not _real(value) or not 0.0 < float(value) < 1.0:
+        raise SimkitError(f"`ci` must be a confidence level in (0, 1), e.g. 0.95, got {value!r}")
+    return float(value)
 
 
 def check_null(value: Any) -> int:

@@ -11,8 +11,7 @@ batches) and stored activations (``T0 = EₓᵀE_y`` with ``E = X̃V``, from the
   ``procrustes_angle``: its arccos ∈ [0, π/2], netrep's angular Procrustes distance (α = 1).
   Invariant to rotations/reflections and isotropic scaling of either side, not to general linear maps.
 * ``cca``: mean squared canonical correlation ``R²_CCA = ‖Q_XᵀQ_Y‖_F² / min(r_x, r_y)`` ∈ [0, 1]
-  (whitening by ``λ^{-1/2}`` on the numerical rank ``r``, eigenvalues above ``rtol·λ_max``; equals
-  ``/ min(p, q)`` for full-rank data). Invariant to invertible linear maps. ``cca_eps > 0`` adds the ridge
+  (whitening by ``λ^{-1/2}`` on the numerical rank ``r``; equals ``/ min(p, q)`` for full-rank data). Invariant to invertible linear maps. ``cca_eps > 0`` adds the ridge
   ``cca_eps · mean(λ)`` to the covariance before whitening (then self-similarity is slightly below 1).
 * ``svcca`` (Raghu et al. 2017): each side reduced to its top principal components explaining
   ``svcca_keep`` of the variance, then the mean canonical correlation ``Σρ / min(k_x, k_y)``.
@@ -26,9 +25,19 @@ batches) and stored activations (``T0 = EₓᵀE_y`` with ``E = X̃V``, from the
   α = 1 is ``procrustes_angle``, α = 0 the angular CCA distance ``arccos(Σρ / √(r_x r_y))``. (netrep mixes
   α with unscaled eigenvalues; scaling first makes the metric invariant to isotropic scaling for every α.)
 
-Degenerate CCA: when one side's rank (or, for SVCCA, kept components) reaches ``n − 1`` — always the case
-for generic data with ``min(p, q) ≥ n − 1`` — every canonical correlation is 1 whatever the data; ``cca``,
-``svcca``, ``pwcca`` and ``shape_metric`` with α = 0 are then NaN with a warning, unless ``cca_eps > 0``.
+Numerical rank (one rule for the functions and every streaming path, :func:`~simkit.metrics._checks.rank_rtol`):
+every covariance is a float64 sum, so an eigenvalue counts when ``λ > max(100, p) · eps(float64) · λ_max``
+(``p`` the layer's features; on singular values ``σ > √(max(100, p)·eps) · σ_max``), for float32
+activations too; each layer has its own tolerance.
+
+Degenerate CCA (``cca``, ``svcca``, ``pwcca``, and ``shape_metric`` with α = 0; not with ``cca_eps > 0``):
+the centred samples live in ``n − 1`` dimensions, so the column spaces of ``X̃`` and ``Ỹ`` share at least
+``r_x + r_y − (n − 1)`` directions and that many canonical correlations are exactly 1 whatever the data.
+The value is then NaN with a ``RuntimeWarning``: naming the layer when one side's rank (for SVCCA its
+kept components) reaches ``n − 1`` — always the case for generic data with ``min(p, q) ≥ n − 1`` — and
+naming the pair, ``r_x + r_y`` and ``n`` when ``r_x + r_y > n − 1`` (for SVCCA the kept components
+``k_x + k_y``). The same rule holds on every path (:func:`is_degenerate`, :func:`jointly_degenerate`);
+:func:`cca_refusal` says up front which layers are too wide for ``n``.
 Constant inputs give NaN with a warning, as CKA does.
 """
 
@@ -42,17 +51,20 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from simkit.metrics._checks import as_matrix, check_min_n, check_same_n, is_constant, warn_undefined
+from simkit.metrics._checks import (
+    as_matrix,
+    check_min_n,
+    check_same_n,
+    is_constant,
+    rank_mask,
+    warn_undefined,
+)
 from simkit.metrics.settings import MeasureSettings, check_alpha, check_eps, check_keep
 
 SHAPE_MEASURES = ("procrustes", "procrustes_angle", "cca", "svcca", "pwcca", "shape_metric")
-#: the measures that whiten (degenerate when a side's rank reaches n − 1 without a ridge)
+#: the measures that whiten (degenerate when a side's rank reaches n − 1, or both sides' ranks together
+#: exceed it, without a ridge)
 WHITENING = ("cca", "svcca", "pwcca", "shape_metric")
-
-
-def rank_rtol(dtype: torch.dtype, width: int) -> float:
-    """Relative eigenvalue tolerance of the numerical rank: ``max(100, p) · eps(dtype)`` of the products."""
-    return max(100, int(width)) * float(torch.finfo(dtype).eps)
 
 
 @dataclass
@@ -61,8 +73,8 @@ class Spectrum:
 
     lam: ``(r,)`` float64 eigenvalues, descending, clamped at 0 (all directions, not only the rank);
     basis: ``(p, r)`` eigenvectors ``V`` (feature form) or ``(n, r)`` ``E = X̃V`` (sample form);
-    loadings: ``(p, r)`` ``X̃ᵀE = V diag(λ)`` (for PWCCA) or None; rank: eigenvalues above
-    ``rtol · λ_max``; width: ``p``.
+    loadings: ``(p, r)`` ``X̃ᵀE = V diag(λ)`` (for PWCCA) or None; rank: the numerical rank (eigenvalues
+    above ``rank_rtol(p) · λ_max``, :func:`~simkit.metrics._checks.rank_rtol`); width: ``p``.
     """
 
     lam: Tensor
@@ -82,29 +94,29 @@ def _sorted_eigh(c: Tensor) -> tuple[Tensor, Tensor]:
     return lam.flip(0).clamp_min(0.0), vec.flip(1)
 
 
-def _rank(lam: Tensor, rtol: float) -> int:
-    top = float(lam[0]) if len(lam) else 0.0
-    return int((lam > rtol * top).sum()) if top > 0 else 0
+def _rank(lam: Tensor, width: int) -> int:
+    return int(rank_mask(lam, width).sum())
 
 
-def spectrum_from_cov(c: Tensor, rtol: float, loadings: bool = False) -> Spectrum:
-    """:class:`Spectrum` (feature form) of a centred covariance ``c = X̃ᵀX̃ (p, p)`` float64."""
+def spectrum_from_cov(c: Tensor, loadings: bool = False) -> Spectrum:
+    """:class:`Spectrum` (feature form) of a centred covariance ``c = X̃ᵀX̃ (p, p)`` float64 (the rank by the
+    one rule, :func:`~simkit.metrics._checks.rank_rtol` of ``p``)."""
     lam, vec = _sorted_eigh(c)
-    return Spectrum(lam, vec, vec * lam if loadings else None, _rank(lam, rtol), c.shape[0])
+    return Spectrum(lam, vec, vec * lam if loadings else None, _rank(lam, c.shape[0]), c.shape[0])
 
 
-def spectrum_from_samples(xc: Tensor, rtol: float, loadings: bool = False) -> Spectrum:
+def spectrum_from_samples(xc: Tensor, loadings: bool = False) -> Spectrum:
     """:class:`Spectrum` (sample form, ``basis = E = X̃V (n, r)``) of centred float64 samples ``xc (n, p)``.
 
     Through the ``p × p`` covariance when ``p ≤ n``, else the ``n × n`` Gram ``X̃X̃ᵀ = U diag(λ) Uᵀ``
-    (``E = U diag(√λ)``)."""
+    (``E = U diag(√λ)``). The rank rule is that of the ``p`` features either way."""
     n, p = xc.shape
     if p <= n:
-        cov = spectrum_from_cov(xc.T @ xc, rtol, loadings)
+        cov = spectrum_from_cov(xc.T @ xc, loadings)
         return Spectrum(cov.lam, xc @ cov.basis, cov.loadings, cov.rank, p)
     lam, u = _sorted_eigh(xc @ xc.T)
     e = u * lam.sqrt()
-    return Spectrum(lam, e, xc.T @ e if loadings else None, _rank(lam, rtol), p)
+    return Spectrum(lam, e, xc.T @ e if loadings else None, _rank(lam, p), p)
 
 
 def svcca_components(s: Spectrum, keep: float) -> int:
@@ -121,14 +133,43 @@ def used_directions(s: Spectrum, measure: str, settings: MeasureSettings) -> int
     return svcca_components(s, settings.svcca_keep) if measure == "svcca" else s.rank
 
 
+def whitens_fully(measure: str, settings: MeasureSettings) -> bool:
+    """True when ``measure`` whitens without a ridge (``cca``, ``svcca``, ``pwcca``; ``shape_metric`` with
+    α = 0), so that directions shared by force make it degenerate; False with ``cca_eps > 0``."""
+    if measure not in WHITENING or settings.cca_eps > 0:
+        return False
+    return not (measure == "shape_metric" and settings.shape_alpha > 0)
+
+
 def is_degenerate(s: Spectrum, n: int, measure: str, settings: MeasureSettings) -> bool:
     """True when ``measure`` is undefined for this layer: it whitens, without a ridge, ``n − 1`` directions
     or more (every canonical correlation is then 1)."""
-    if measure not in WHITENING or settings.cca_eps > 0:
-        return False
-    if measure == "shape_metric" and settings.shape_alpha > 0:
-        return False
-    return used_directions(s, measure, settings) >= n - 1
+    return whitens_fully(measure, settings) and used_directions(s, measure, settings) >= n - 1
+
+
+def jointly_degenerate(sx: Spectrum, sy: Spectrum, n: int, measure: str, settings: MeasureSettings) -> bool:
+    """True when ``measure`` is undefined for this pair: it whitens, without a ridge, ``r_x + r_y > n − 1``
+    directions in all (SVCCA: kept components), so at least ``r_x + r_y − (n − 1)`` canonical correlations
+    are exactly 1 whatever the data (both column spaces lie in the ``n − 1`` centred dimensions)."""
+    return whitens_fully(measure, settings) and (
+        used_directions(sx, measure, settings) + used_directions(sy, measure, settings) > n - 1)
+
+
+def joint_message(measure: str, pairs: Sequence[tuple[str, int, int]], n: int) -> str:
+    """The warning for the pairs ``(name, r_x, r_y)`` of ``measure`` whose ranks add up to more than ``n − 1``
+    (:func:`jointly_degenerate`; SVCCA: kept components)."""
+    what = "kept components k_x + k_y" if measure == "svcca" else "rank_x + rank_y"
+    other = "a lower `svcca_keep`" if measure == "svcca" else "use svcca"
+    fix = f"Set `cca_eps` > 0 (ridge), {other}, reduce the layers (e.g. `reduce=\"mean\"`) or use more samples"
+    if len(pairs) == 1:
+        name, rx, ry = pairs[0]
+        return (f"{measure} is undefined for the layer pair {name}: {what} = {rx} + {ry} = {rx + ry} > "
+                f"n - 1 = {n - 1}, so at least {rx + ry - (n - 1)} canonical correlations are 1 whatever the "
+                f"data; returning NaN. {fix}")
+    listed = ", ".join(f"{name} ({rx} + {ry} = {rx + ry})" for name, rx, ry in pairs)
+    return (f"{measure} is undefined for {len(pairs)} layer pairs whose {what} > n - 1 = {n - 1} (then at "
+            f"least {what} - (n - 1) canonical correlations are 1 whatever the data): {listed}; their values "
+            f"are NaN. {fix}")
 
 
 def _inv_sqrt(s: Spectrum, count: int, eps: float) -> Tensor:
@@ -211,8 +252,7 @@ def _one_shot(x, y, measure: str, settings: MeasureSettings) -> float:
         return float("nan")
     xc, yc = pair
     n = len(xc)
-    spectra = [spectrum_from_samples(t, rank_rtol(torch.float64, t.shape[1]), loadings=measure == "pwcca")
-               for t in (xc, yc)]
+    spectra = [spectrum_from_samples(t, loadings=measure == "pwcca") for t in (xc, yc)]
     for name, s in zip("xy", spectra, strict=True):
         if is_degenerate(s, n, measure, settings):
             warnings.warn(degenerate_message(measure, f"`{name}`", s, n, settings), RuntimeWarning, stacklevel=3)
@@ -220,6 +260,10 @@ def _one_shot(x, y, measure: str, settings: MeasureSettings) -> float:
     sx, sy = spectra
     if sx.rank == 0 or sy.rank == 0:  # no variance above rounding: undefined, as for a constant input
         warn_undefined("an input has no variance above rounding", 3, measure)
+        return float("nan")
+    if jointly_degenerate(sx, sy, n, measure, settings):
+        used = (used_directions(sx, measure, settings), used_directions(sy, measure, settings))
+        warnings.warn(joint_message(measure, [("(`x`, `y`)", *used)], n), RuntimeWarning, stacklevel=3)
         return float("nan")
     return pair_values(sx, sy, sx.basis.T @ sy.basis, [measure], settings)[measure]
 
@@ -246,25 +290,63 @@ def cca(x, y, cca_eps: float = 0.0) -> float:
     """Mean squared canonical correlation ``R²_CCA`` ∈ [0, 1] of ``x (n, p)``, ``y (n, q)`` (module docstring).
 
     ``cca_eps``: ridge relative to each side's mean eigenvalue (0: pseudo-inverse on the numerical rank).
-    NaN + warning when a side's rank reaches ``n − 1`` and ``cca_eps = 0``.
+    NaN + warning when ``cca_eps = 0`` and a side's rank reaches ``n − 1`` or ``rank_x + rank_y > n − 1``
+    (canonical correlations forced to 1, module docstring).
     """
     return _one_shot(x, y, "cca", MeasureSettings(cca_eps=check_eps(cca_eps)))
 
 
 def svcca(x, y, svcca_keep: float = 0.99, cca_eps: float = 0.0) -> float:
     """SVCCA (Raghu et al.): mean canonical correlation of the top principal components explaining
-    ``svcca_keep`` of each side's variance; ``x (n, p)``, ``y (n, q)`` → float in [0, 1]."""
+    ``svcca_keep`` of each side's variance; ``x (n, p)``, ``y (n, q)`` → float in [0, 1]. NaN + warning when
+    ``cca_eps = 0`` and a side keeps ``n − 1`` components or ``k_x + k_y > n − 1``."""
     return _one_shot(x, y, "svcca", MeasureSettings(svcca_keep=check_keep(svcca_keep), cca_eps=check_eps(cca_eps)))
 
 
 def pwcca(x, y, cca_eps: float = 0.0) -> float:
     """Projection-weighted CCA (Morcos et al.) of ``x (n, p)``, ``y (n, q)`` → float in [0, 1]; weights from
-    the narrower side (X on ties): symmetric for unequal widths, not for equal ones."""
+    the narrower side (X on ties): symmetric for unequal widths, not for equal ones. NaN + warning as
+    :func:`cca`."""
     return _one_shot(x, y, "pwcca", MeasureSettings(cca_eps=check_eps(cca_eps)))
 
 
 def shape_metric(x, y, shape_alpha: float = 0.5, cca_eps: float = 0.0) -> float:
     """netrep's generalised shape metric (angular, in [0, π/2]) with regularisation ``shape_alpha`` ∈ [0, 1]
-    (0: CCA, 1: Procrustes) of ``x (n, p)``, ``y (n, q)``; 0 for x = y."""
+    (0: CCA, 1: Procrustes) of ``x (n, p)``, ``y (n, q)``; 0 for x = y.
+
+    Degenerate samples (``cca_eps = 0``): with α = 0 the metric is the angular CCA distance, and like
+    :func:`cca` it is NaN + warning when a side's rank reaches ``n − 1`` or ``rank_x + rank_y > n − 1``
+    (canonical correlations forced to 1). With α > 0 it is returned: the partial whitening
+    ``α + (1−α) λ^{-1/2}`` keeps every direction's own variance in play, so the value stays a finite,
+    continuous, well-defined distance between the two sample sets. Near α = 0 it tends to the
+    degenerate CCA value, though, so when ``p + q`` approaches ``n`` use α well above 0 or ``cca_eps > 0``.
+    """
     return _one_shot(x, y, "shape_metric",
                      MeasureSettings(shape_alpha=check_alpha(shape_alpha), cca_eps=check_eps(cca_eps)))
+
+
+def cca_refusal(metrics: Sequence[str], dims_a: Sequence[int], dims_b: Sequence[int], n: int, cca_eps: float,
+                names_a: Sequence[str] | None = None, names_b: Sequence[str] | None = None, *,
+                shape_alpha: float = 0.5) -> str | None:
+    """One line refusing a comparison up front, or None: the layers with ``n − 1`` features or more, for
+    which every pair's ``cca``, ``pwcca`` (and ``shape_metric`` with ``shape_alpha`` = 0) would be NaN
+    (with ``cca_eps`` = 0, ``n`` samples, generic data: the layer's rank reaches ``n − 1``, every canonical
+    correlation is 1), and the fixes. ``svcca`` keeps fewer components and is not refused (it is one of
+    the fixes); pairs that are degenerate only together (``rank_x + rank_y > n − 1``) are NaN with a
+    warning when computed. ``names_*``: layer names (default ``A[i]``, ``B[j]``).
+    """
+    chosen = [m for m in metrics if m in ("cca", "pwcca") or (m == "shape_metric" and shape_alpha == 0)]
+    if not chosen or cca_eps > 0:
+        return None
+    labels_a = list(names_a) if names_a is not None else [f"A[{i}]" for i in range(len(dims_a))]
+    labels_b = list(names_b) if names_b is not None else [f"B[{j}]" for j in range(len(dims_b))]
+    wide = [f"{name} ({d} features)" for names, dims in ((labels_a, dims_a), (labels_b, dims_b))
+            for name, d in zip(names, dims, strict=True) if int(d) >= n - 1]
+    if not wide:
+        return None
+    what = " and ".join(chosen) if len(chosen) <= 2 else ", ".join(chosen[:-1]) + " and " + chosen[-1]
+    return (f"{what} would be undefined (NaN) for every pair of layer{'s' if len(wide) > 1 else ''} "
+            f"{', '.join(wide)}: at n = {n} samples a layer with n - 1 = {n - 1} features or more makes every "
+            "canonical correlation 1 whatever the data. Set `cca_eps` > 0 (ridge), reduce the layer (e.g. "
+            "`reduce=\"mean\"`), use svcca instead, or use more than "
+            f"{max(int(d) for d in (*dims_a, *dims_b)) + 1} samples")

@@ -18,10 +18,11 @@ import numpy as np
 import pandas as pd
 
 from simkit.report.figures import format_number, heatmap_svg, img, line_plot, new_figure
+from simkit.stats import Interval, beyond_noise, binomial_se, paired_difference, verdict
 
 _COLOURS = {"channel": "#1f77b4", "layer": "#d62728"}
 NEAR_CHANCE = 0.1   # an original within this much of chance accuracy is flagged
-KEPT = 0.01         # "keeps the original's accuracy": within one point of it
+KEPT = 0.01         # "keeps the original's accuracy": within 0.01 of it (accuracies are fractions)
 
 
 def _num(value: Any) -> float:
@@ -59,50 +60,156 @@ def _aggregate(result, runs: pd.DataFrame) -> pd.DataFrame:
 # findings and cautions
 
 
-def _findings(summary: dict[str, Any], aggregate: pd.DataFrame, matched_mean: pd.DataFrame) -> list[str]:
-    """Two or three sentences: the matched-NAPL gain, the most linear run that keeps accuracy, the original."""
-    seeds = len(summary.get("seeds", [0]))
+def _interval(row: pd.Series | dict[str, Any], per_seed: pd.DataFrame | None, x: str) -> Interval:
+    """The paired channel − layer interval of a matched-mean row: its stored ``difference_low`` /
+    ``_high`` (n = matched seeds), else (a result written before them) from the per-seed matched rows
+    at that x (``simkit.stats.paired_difference``)."""
+    value = float(row[x])
+    if "difference_low" in row:
+        n = int(row["matched_seeds"]) or int(row["seeds"])
+        return Interval(_num(row["difference_mean"]), _num(row["difference_std"]), _num(row["difference_low"]),
+                        _num(row["difference_high"]), n)
+    seeds = per_seed if per_seed is not None and not per_seed.empty else pd.DataFrame(columns=[x, "how"])
+    at = seeds[np.isclose(seeds[x].astype(float), value)] if len(seeds) else seeds
+    real = at[at["how"] != "nearest"]
+    use = real if len(real) else at
+    if use.empty:
+        return Interval(_num(row["difference_mean"]), math.nan, math.nan, math.nan, 1)
+    return paired_difference(use["channel_accuracy"], use["layer_accuracy"])
+
+
+def _se_of_difference(a: float, b: float, n_test: Any) -> float:
+    """Binomial standard error of the difference of two test accuracies on ``n_test`` samples each."""
+    if n_test is None:
+        return math.nan
+    return math.hypot(binomial_se(a, int(n_test)), binomial_se(b, int(n_test)))
+
+
+def _difference_text(interval: Interval, a: float, b: float, n_test: Any) -> str:
+    """A difference with its noise: the 95 % t interval over seeds, or with one seed ± the binomial
+    standard error of the two test accuracies (``a`` − ``b``, ``n_test`` samples)."""
+    if interval.n >= 2:
+        return interval.text(digits=3)
+    se = _se_of_difference(a, b, n_test)
+    if math.isnan(se):
+        return f"{interval.mean:+.3f} (one seed, no interval)"
+    return f"{interval.mean:+.3f} ± {se:.3f} (one seed; ± the binomial standard error on {int(n_test)} test samples)"
+
+
+def _noise_text(interval: Interval) -> str:
+    """Beyond noise only when the 95 % interval excludes 0 (``simkit.stats.beyond_noise``)."""
+    if interval.n < 2:
+        return "one seed: no seed interval, so no verdict"
+    if beyond_noise(interval):
+        side = "channel-wise" if interval.mean > 0 else "layer-wise"
+        return f"beyond noise, {side} ahead; verdict on channel-wise ahead: {verdict(interval, higher=True)}"
+    return f"within noise, the interval includes 0; verdict on channel-wise ahead: {verdict(interval, higher=True)}"
+
+
+def _matched_sentence(row: pd.Series, interval: Interval, seeds: int, where: str, n_test: Any) -> str:
     over = f"mean ± std over {seeds} seeds" if seeds > 1 else "one seed"
-    out = []
-    napl = summary.get("lowest_matched_napl")
+    channel, layer = _num(row["channel_accuracy_mean"]), _num(row["layer_accuracy_mean"])
+    return (f"{where}, channel-wise slopes keep test accuracy {_pm(channel, _num(row['channel_accuracy_std']))} "
+            f"against {_pm(layer, _num(row['layer_accuracy_std']))} layer-wise ({over}): channel − layer = "
+            f"{_difference_text(interval, channel, layer, n_test)}, {_noise_text(interval)}.")
+
+
+def _unmatched_sentence(summary: dict[str, Any], matched_mean: pd.DataFrame, seeds: int) -> str:
+    """Why no NAPL is compared, naming what the matched table's rows are."""
+    original = round(float(summary["original_napl"]), 9)   # as the runner keys NAPL values
+    napl = matched_mean["napl"].astype(float) if not matched_mean.empty else pd.Series(dtype=float)
+    shown = []
+    if (napl >= original).any():
+        shown.append(f"NAPL {summary['original_napl']:.3g} is the original's (runs that linearized nothing)")
+    if (napl == 0).any():
+        shown.append("NAPL 0 is fully linear (the same network at either granularity)")
+    inside = matched_mean[(napl > 0) & (napl < original)] if not matched_mean.empty else matched_mean
+    if len(inside):
+        shown.append("the rows in between are matched in fewer than all seeds or only by the nearest run (hints)")
+    rows = f" The matched table's rows: {'; '.join(shown)}." if shown else ""
+    every = " in every seed" if seeds > 1 else ""
+    return (f"No layer-wise NAPL strictly between 0 and the original's {summary['original_napl']:.3g} lies within the "
+            f"channel-wise runs' NAPL range{every}, so the granularities are not compared at a matched, partly "
+            f"linearized NAPL; widen the ω range.{rows}")
+
+
+def _matched_finding(summary: dict[str, Any], aggregate: pd.DataFrame, tables: dict[str, pd.DataFrame],
+                     n_test: Any) -> str:
+    """The first finding: channel − layer at the lowest matched NAPL (and at the highest matched
+    fraction linearized), each with its interval and verdict; or why there is none."""
+    seeds = len(summary.get("seeds", [0]))
     granularities = set(aggregate["granularity"])
+    matched_mean = tables["matched_mean"]
+    napl = summary.get("lowest_matched_napl")
     if napl is not None:
         row = matched_mean[np.isclose(matched_mean["napl"].astype(float), float(napl))].iloc[0]
-        d, d_std = _num(row["difference_mean"]), _num(row["difference_std"])
-        if seeds < 2:
-            verdict = "with one seed the spread is unknown"
-        elif d - d_std > 0:
-            verdict = "beyond the seed spread"
-        elif d + d_std < 0:
-            verdict = "layer-wise ahead, beyond the seed spread"
-        else:
-            verdict = "within the seed spread"
-        out.append(f"At the lowest matched NAPL ({napl:.3g}), channel-wise slopes keep test accuracy "
-                   f"{_pm(_num(row['channel_accuracy_mean']), _num(row['channel_accuracy_std']))} against "
-                   f"{_pm(_num(row['layer_accuracy_mean']), _num(row['layer_accuracy_std']))} layer-wise: "
-                   f"channel − layer = {d:+.3f}{'' if math.isnan(d_std) else f' ± {d_std:.3f}'} ({over}; {verdict}).")
+        out = _matched_sentence(row, _interval(row, tables.get("matched"), "napl"), seeds,
+                                f"At the lowest matched NAPL ({napl:.3g})", n_test)
     elif granularities >= {"channel", "layer"}:
-        out.append("No layer-wise NAPL above 0 lies within the channel-wise runs' NAPL range in every seed, so "
-                   "the two granularities are not compared at matched NAPL (the matched table gives nearest-run "
-                   "hints); widen the ω range.")
+        out = _unmatched_sentence(summary, matched_mean, seeds)
     else:
-        out.append(f"Only {'/'.join(sorted(granularities))}-wise runs: nothing to compare at matched NAPL.")
+        return f"Only {'/'.join(sorted(granularities))}-wise runs: nothing to compare at matched NAPL."
+    fraction = summary.get("highest_matched_fraction")
+    by_fraction = tables.get("matched_fraction_mean")
+    if fraction is not None and by_fraction is not None and not by_fraction.empty:
+        row = by_fraction[np.isclose(by_fraction["linearized_fraction"].astype(float), float(fraction))].iloc[0]
+        out += " " + _matched_sentence(row, _interval(row, tables.get("matched_fraction"), "linearized_fraction"),
+                                       seeds, f"At the highest matched fraction of units linearized ({fraction:.3g})",
+                                       n_test)
+    return out
+
+
+def _linear_stats(row: pd.Series) -> str:
+    """``linearized fraction 0.50 ± 0.00, mean |1 − α| 0.42 ± 0.01`` of an aggregate row (the fraction
+    read as 1 − nonlinear fraction for a result written before the column existed)."""
+    if "linearized_fraction_mean" in row:
+        text = f"linearized fraction {_pm(row['linearized_fraction_mean'], row['linearized_fraction_std'], 2)}"
+    else:
+        text = f"linearized fraction {_pm(1 - row['nonlinear_fraction_mean'], row['nonlinear_fraction_std'], 2)}"
+    if "mean_abs_one_minus_alpha_mean" in row:
+        text += f", mean |1 − α| {_pm(row['mean_abs_one_minus_alpha_mean'], row['mean_abs_one_minus_alpha_std'], 2)}"
+    return text
+
+
+def _recovery_text(row: pd.Series, epochs: Any, n_test: Any) -> str:
+    """`` After 2 epochs of recovery ...`` for an aggregate row with ``accuracy_recovered_mean``, else ''."""
+    if "accuracy_recovered_mean" not in row or "recovery_gain_mean" not in row:
+        return ""
+    gain = Interval(_num(row["recovery_gain_mean"]), _num(row["recovery_gain_std"]), _num(row["recovery_gain_low"]),
+                    _num(row["recovery_gain_high"]), int(row["seeds"]))
+    after, before = _num(row["accuracy_recovered_mean"]), _num(row["accuracy_mean"])
+    noise = ("" if gain.n < 2 else
+             "; beyond noise" if beyond_noise(gain) else "; within noise, the interval includes 0")
+    count = _num(epochs)
+    return (f" After {format_number(count)} epoch{'' if count == 1 else 's'} of recovery (slopes fixed, no penalty) its accuracy is "
+            f"{_pm(after, _num(row['accuracy_recovered_std']))}: recovery gain "
+            f"{_difference_text(gain, after, before, n_test)}{noise}.")
+
+
+def _findings(summary: dict[str, Any], aggregate: pd.DataFrame, tables: dict[str, pd.DataFrame],
+              meta: dict[str, Any]) -> list[str]:
+    """Three findings: the matched gain, the most linear run that keeps accuracy, the original.
+    Accuracies are fractions throughout; every difference comes with its interval (or standard error)."""
+    n_test = meta.get("n_test")
+    out = [_matched_finding(summary, aggregate, tables, n_test)]
     original = _num(summary.get("original_accuracy"))
     linearized = aggregate[aggregate["napl_mean"] < summary["original_napl"] - 1e-9]
     kept = linearized[linearized["accuracy_mean"] >= original - KEPT]
+    recover = (meta.get("settings") or {}).get("recover")
     if linearized.empty:
         out.append(f"No run linearized anything: NAPL stayed at the original {summary['original_napl']:.3g}.")
     elif not kept.empty:
         best = kept.sort_values("napl_mean", kind="stable").iloc[0]
-        out.append(f"The most linear run within {KEPT * 100:.0f} point of the original's accuracy is {best['run']}: "
+        out.append(f"The most linear run within {KEPT:g} of the original's accuracy is {best['run']}: "
                    f"NAPL {_pm(best['napl_mean'], best['napl_std'], 2)} of {summary['original_napl']:.3g}, "
-                   f"{best['nonlinear_fraction_mean']:.0%} of units still nonlinear, accuracy "
-                   f"{_pm(best['accuracy_mean'], best['accuracy_std'])}.")
+                   f"{_linear_stats(best)}, accuracy {_pm(best['accuracy_mean'], best['accuracy_std'])}."
+                   + _recovery_text(best, recover, n_test))
     else:
         best = linearized.sort_values("accuracy_mean", kind="stable").iloc[-1]
-        out.append(f"No linearized run keeps the original's accuracy to within {KEPT * 100:.0f} point; the most "
+        out.append(f"No linearized run keeps the original's accuracy to within {KEPT:g}; the most "
                    f"accurate is {best['run']} at {_pm(best['accuracy_mean'], best['accuracy_std'])} "
-                   f"(NAPL {_pm(best['napl_mean'], best['napl_std'], 2)}).")
+                   f"(NAPL {_pm(best['napl_mean'], best['napl_std'], 2)}, {_linear_stats(best)})."
+                   + _recovery_text(best, recover, n_test))
     accuracies = summary.get("original_accuracies", [original])
     out.append(f"The original network (every ReLU nonlinear) has NAPL {summary['original_napl']:.3g} and test "
                f"accuracy {_pm(original, _num(np.std(accuracies, ddof=1)) if len(accuracies) > 1 else math.nan)}.")
@@ -137,6 +244,8 @@ def _cautions(result, runs: pd.DataFrame, matched_mean: pd.DataFrame) -> list[st
         out.append("At layer-wise NAPL " + ", ".join(f"{v:.3g}" for v in hints["napl"]) + " the channel-wise runs of "
                    "some seeds do not reach that NAPL: their channel-wise accuracy is the nearest run's, a hint, not a "
                    "match.")
+    others = [w for w in summary.get("warnings") or [] if "linearized nothing" not in w]   # those are above
+    out += [f"Warning of the run: {w}" for w in others]
     if seeds > 1 and str(meta.get("seed_models", "")).startswith("copies"):
         out.append("Every seed started from the same initial weights (copies of one model): the spread covers the "
                    "batch order only, not the initialisation.")
@@ -282,22 +391,58 @@ def _loss_plot(history: pd.DataFrame | None, runs: pd.DataFrame):
 # tables
 
 
+def _optional(r: pd.Series, name: str) -> str:
+    """``mean ± std`` of ``<name>_mean`` / ``_std`` when the aggregate has them, else ''."""
+    return _pm(r[f"{name}_mean"], r[f"{name}_std"]) if f"{name}_mean" in r else ""
+
+
+def _gain(r: pd.Series) -> str:
+    """The recovery gain of an aggregate row: its mean and 95 % interval over seeds ('' without recovery)."""
+    if "recovery_gain_mean" not in r:
+        return ""
+    if math.isnan(_num(r["recovery_gain_low"])):
+        return f"{_num(r['recovery_gain_mean']):+.3f}"
+    return f"{_num(r['recovery_gain_mean']):+.3f} [{_num(r['recovery_gain_low']):+.3f}, {_num(r['recovery_gain_high']):+.3f}]"
+
+
 def _aggregate_rows(aggregate: pd.DataFrame) -> list[dict[str, str]]:
     return [{"run": str(r["run"]), "seeds": str(r["seeds"]),
              "napl": _pm(r["napl_mean"], r["napl_std"]), "nonlinear": _pm(r["nonlinear_fraction_mean"],
                                                                            r["nonlinear_fraction_std"]),
+             "linearized": _optional(r, "linearized_fraction"), "deviation": _optional(r, "mean_abs_one_minus_alpha"),
              "accuracy": _pm(r["accuracy_mean"], r["accuracy_std"]), "frozen": _pm(r["frozen_fraction_mean"],
-                                                                                   r["frozen_fraction_std"])}
+                                                                                   r["frozen_fraction_std"]),
+             "recovered": _optional(r, "accuracy_recovered"), "gain": _gain(r)}
             for _, r in aggregate.iterrows()]
 
 
-def _matched_mean_rows(matched_mean: pd.DataFrame) -> list[dict[str, str]]:
-    return [{"napl": format_number(float(r["napl"])), "seeds": f"{r['matched_seeds']} of {r['seeds']}",
-             "layer": _pm(r["layer_accuracy_mean"], r["layer_accuracy_std"]),
-             "channel": _pm(r["channel_accuracy_mean"], r["channel_accuracy_std"]),
-             "difference": _pm(r["difference_mean"], r["difference_std"]),
-             "range": f"{r['difference_min']:+.3f} … {r['difference_max']:+.3f}"}
-            for _, r in matched_mean.iterrows()]
+def _note(value: float, x: str, original_napl: float, matched: int, seeds: int) -> str:
+    """What a matched-mean row is: the original's NAPL, fully linear, a hint, or a partial match."""
+    if x == "napl" and value >= round(float(original_napl), 9):
+        return "original NAPL: nothing linearized"
+    if (x == "napl" and value == 0) or (x == "linearized_fraction" and value >= 1):
+        return "fully linear: the same network at either granularity"
+    if x == "linearized_fraction" and value == 0:
+        return "nothing linearized"
+    if matched == 0:
+        return "nearest-run hint, not a match"
+    return "" if matched == seeds else f"matched in {matched} of {seeds} seeds"
+
+
+def _matched_mean_rows(matched_mean: pd.DataFrame, x: str = "napl", original_napl: float = math.nan,
+                       per_seed: pd.DataFrame | None = None) -> list[dict[str, str]]:
+    rows = []
+    for _, r in matched_mean.iterrows():
+        interval = _interval(r, per_seed, x)
+        rows.append({"napl": format_number(float(r[x])), "seeds": f"{r['matched_seeds']} of {r['seeds']}",
+                     "layer": _pm(r["layer_accuracy_mean"], r["layer_accuracy_std"]),
+                     "channel": _pm(r["channel_accuracy_mean"], r["channel_accuracy_std"]),
+                     "difference": _pm(r["difference_mean"], r["difference_std"]),
+                     "interval": "n/a (one seed)" if interval.n < 2 else f"{interval.low:+.3f} … {interval.high:+.3f}",
+                     "verdict": str(r["verdict"]) if "verdict" in r else verdict(interval, higher=True),
+                     "range": f"{r['difference_min']:+.3f} … {r['difference_max']:+.3f}",
+                     "note": _note(float(r[x]), x, original_napl, int(r["matched_seeds"]), int(r["seeds"]))})
+    return rows
 
 
 def context(result) -> dict[str, Any]:
@@ -313,8 +458,10 @@ def context(result) -> dict[str, Any]:
     if dists is None and "distributions" in result.tables:   # an older one-seed result
         dists = result.tables["distributions"].assign(probability_mean=lambda f: f["probability"],
                                                       probability_std=float("nan"))
+    tables = {**result.tables, "matched_mean": matched_mean}
+    by_fraction = result.tables.get("matched_fraction_mean")
     return {
-        "findings": _findings(result.summary, aggregate, matched_mean),
+        "findings": _findings(result.summary, aggregate, tables, result.meta),
         "cautions": _cautions(result, runs, matched_mean),
         "several_seeds": several,
         "runs_columns": list(runs.columns),
@@ -322,7 +469,15 @@ def context(result) -> dict[str, Any]:
         "aggregate_rows": _aggregate_rows(aggregate),
         "accuracy_plot": _accuracy_vs_napl(aggregate, runs, result.summary) if not aggregate.empty else None,
         "matched": matched.to_dict(orient="records"),
-        "matched_mean": _matched_mean_rows(matched_mean) if "difference_min" in matched_mean.columns else [],
+        "matched_mean": _matched_mean_rows(matched_mean, "napl", result.summary["original_napl"], matched)
+        if "difference_min" in matched_mean.columns else [],
+        "matched_fraction": _matched_mean_rows(by_fraction, "linearized_fraction",
+                                               per_seed=result.tables.get("matched_fraction"))
+        if by_fraction is not None and not by_fraction.empty else [],
+        "has_linearized": "linearized_fraction_mean" in aggregate.columns,
+        "has_deviation": "mean_abs_one_minus_alpha_mean" in aggregate.columns,
+        "has_recovery": "accuracy_recovered_mean" in aggregate.columns,
+        "recover_epochs": (result.meta.get("settings") or {}).get("recover"),
         "histograms": _histograms(dists, ["original"] + order) if dists is not None and not dists.empty else None,
         "layer_heatmap": _layer_heatmap(_layers_mean(result), order, several),
         "loss_plot": _loss_plot(result.tables.get("history"), runs),

@@ -255,7 +255,7 @@ def _stored_reason(name: str, settings: CompareSettings, needed: int, what: str)
     """Why ``name`` takes the stored path: its own nature, a permutation null, or the memory budget."""
     if strategy(name, settings.mode) == "stored":
         return _STORED_REASONS[name]
-    if settings.null:
+    if settings.permutations(name):
         return "a permutation null needs stored activations"
     return f"{what} need {needed} bytes > memory_budget_bytes={settings.memory_budget_bytes}"
 
@@ -268,7 +268,6 @@ def _parts(settings: CompareSettings, dims_a: list[int], dims_b: list[int], name
            max_stored_n: int) -> list[Part]:
     """The strategies of an accumulator: each metric goes to the strategy the catalogue names for its mode
     (``simkit.catalog``), or to the stored one when its sums exceed the budget or a null is asked."""
-    null = int(settings.null or 0)  # resolved by validate()
     routed: dict[str, list[str]] = {name: [] for name in STRATEGIES}
     reasons: dict[str, str] = {}
     budget = settings.memory_budget_bytes
@@ -277,21 +276,23 @@ def _parts(settings: CompareSettings, dims_a: list[int], dims_b: list[int], name
     for name in settings.metrics:
         where = strategy(name, settings.mode)
         needed, what = sizes.get(where, (0, ""))
-        if where in sizes and (settings.null or needed > budget):
+        if where in sizes and (settings.permutations(name) or needed > budget):
             where = "stored"
         if where == "stored":
             reasons[name] = _stored_reason(name, settings, needed, what)
         routed[where].append(name)
     parts: list[Part] = []
     if routed["gram"]:
-        parts.append(MinibatchPart(routed["gram"], dims_a, dims_b, null, settings.seed,
-                                   settings.rbf_factor, names))
+        parts.append(MinibatchPart(routed["gram"], dims_a, dims_b, settings.permutations(routed["gram"][0]),
+                                   settings.seed,
+                                   settings.rbf_factor, names, settings.ci, settings.ci_resamples))
     if routed["features"]:
         parts.append(FeaturePart(routed["features"], dims_a, dims_b, names, settings, settings.mode))
     if routed["folds"]:
         parts.append(FoldPart(dims_a, dims_b, names, settings, settings.mode))
     if routed["stored"]:
-        parts.append(StoredPart(routed["stored"], settings.mode, dims_a, dims_b, null, settings.seed,
+        parts.append(StoredPart(routed["stored"], settings.mode, dims_a, dims_b,
+                                settings.stored_permutations(routed["stored"]), settings.seed,
                                 settings.rbf_factor, settings.knn_k, budget, max_stored_n, names, reasons,
                                 settings))
     return parts

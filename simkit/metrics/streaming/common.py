@@ -100,9 +100,10 @@ def mask_constant(values: Tensor, const_a: Tensor, const_b: Tensor) -> Tensor:
 
 
 def null_summary(null: Tensor) -> dict[str, np.ndarray]:
-    """``null (K, La, Lb)`` → its mean and 95th percentile over the K draws (NaN kept)."""
+    """``null (K, La, Lb)`` → its mean, 95th and 5th percentiles over the K draws (NaN kept)."""
     arr = null.detach().cpu().numpy()
-    return {"null": arr, "null_mean": arr.mean(0), "null_p95": np.percentile(arr, 95, axis=0)}
+    return {"null": arr, "null_mean": arr.mean(0), "null_p95": np.percentile(arr, 95, axis=0),
+            "null_p05": np.percentile(arr, 5, axis=0)}
 
 
 def perm_generator(seed: int, index: int) -> torch.Generator:
@@ -112,6 +113,33 @@ def perm_generator(seed: int, index: int) -> torch.Generator:
     unchanged, so null values stay the same.
     """
     return torch.Generator().manual_seed((int(seed) * 1_000_003 + int(index) + 1) % (2**63 - 1))
+
+
+def bootstrap_weights(count: int, seed: int, index: int, device: torch.device | str) -> Tensor:
+    """``count`` Poisson(1) weights ``(count,)`` float64 of batch ``index``: one per bootstrap replicate.
+
+    The Poisson bootstrap resamples batches independently (each replicate takes batch ``index`` w times,
+    w ~ Poisson(1), the streaming limit of a multinomial resample), so replicates are sums that add over
+    batches and ranks; the draws of a batch depend on ``(seed, index)`` alone (a stream apart from the
+    null's)."""
+    generator = torch.Generator().manual_seed(((int(seed) * 1_000_003 + int(index) + 1) * 7 + 5) % (2**63 - 1))
+    return torch.poisson(torch.ones(count, dtype=torch.float64), generator=generator).to(device)
+
+
+def ci_summary(value: Tensor, replicates: Tensor, confidence: float, blocks: int) -> dict[str, np.ndarray]:
+    """The bootstrap interval of ``value (La, Lb)`` from ``replicates (R, La, Lb)``: value ± t·sd, with sd
+    the replicates' standard deviation and t Student's quantile at ``confidence`` with ``blocks − 1``
+    degrees of freedom (the resampled units are ``blocks`` batches, often few: a percentile interval of
+    20 batches covers 91 % at 95 %, this one 95 %, tests/test_ci.py). NaN replicates are ignored."""
+    from scipy import stats
+
+    arr = replicates.detach().cpu().numpy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN cells (constant layers) stay NaN
+        sd = np.nanstd(arr, axis=0, ddof=1)
+    t = float(stats.t.ppf(0.5 + confidence / 2, max(1, blocks - 1)))
+    centre = value.detach().cpu().numpy()
+    return {"ci_low": centre - t * sd, "ci_high": centre + t * sd}
 
 
 def draw_perms(count: int, n: int, generator: torch.Generator, device: torch.device | str) -> Tensor:

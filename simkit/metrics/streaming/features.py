@@ -24,7 +24,7 @@ from simkit.errors import SimkitError
 from simkit.metrics._checks import constant_columns
 from simkit.metrics.cka import cka_ratio, hsic1_from_terms
 from simkit.metrics.settings import MeasureSettings
-from simkit.metrics.shape import SHAPE_MEASURES, Spectrum, rank_rtol, spectrum_from_cov
+from simkit.metrics.shape import SHAPE_MEASURES, Spectrum, spectrum_from_cov
 from simkit.metrics.streaming.common import Names, Sums, Values, mask_constant, segments, segsum
 from simkit.metrics.streaming.shapes import shape_notes, shape_settings, shape_values
 
@@ -135,7 +135,6 @@ class FeaturePart:
         s.add("y_ry", q)
         self.seg_a, self.seg_b = segments(dims_a), segments(dims_b)
         self.shift: dict[str, Tensor | None] = {"x": None, "y": None}
-        self.dtype: torch.dtype | None = None
         self.needs_gather = False
 
     def _side(self, acts: Sequence[Tensor], side: str, bs: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
@@ -147,13 +146,11 @@ class FeaturePart:
         too. Returns (x̃ (b, P) float64, δ = m − c (P,) float64: the shift to apply).
         """
         seg, dims = (self.seg_a, self.dims_a) if side == "x" else (self.seg_b, self.dims_b)
-        dtype = torch.float64 if any(a.dtype == torch.float64 for a in acts) else torch.float32
         xd = torch.cat([a.detach().to(torch.float64) for a in acts], 1)
         mean = xd.mean(0)
         xd.sub_(mean)
         ref = self.shift[side]
         if ref is None:
-            self.dtype = dtype
             ref = self.shift[side] = mean.clone()
         bs["s" + side] = col = xd.sum(0)
         bad = torch.nonzero(~torch.isfinite(col)).flatten()[:1].tolist()  # one sum per column
@@ -224,8 +221,7 @@ class FeaturePart:
 
         Precise when the new shifts are close to the old ones (e.g. another rank's first-batch means).
         """
-        dtype = self.dtype or torch.float64
-        new = {k: t.detach().to(dtype).double() for k, t in zip("xy", shifts, strict=True)}
+        new = {k: t.detach().double() for k, t in zip("xy", shifts, strict=True)}  # exact: never rounded
         old_x, old_y = self.shift["x"], self.shift["y"]
         if old_x is None or old_y is None:
             self.shift.update(new)
@@ -244,7 +240,7 @@ class FeaturePart:
     def merge(self, other: FeaturePart) -> None:
         """Add ``other``'s sums after re-referencing them (in place) to this part's shifts."""
         if self.shift["x"] is None:
-            self.shift, self.dtype = dict(other.shift), other.dtype
+            self.shift = dict(other.shift)
         elif other.shift["x"] is not None:
             other.rebase(self.shifts())
         self.s.merge(other.s)
@@ -309,15 +305,15 @@ class FeaturePart:
                 self._constant(s["self_y"], s["sy"], shift_y, self.dims_b, n))
 
     def _spectra(self, blocks: Tensor, mu: Tensor, dims: list[int], n: float, loadings: bool) -> list[Spectrum]:
-        """Each layer's centred covariance ``Σ (x − μ)(x − μ)ᵀ`` from its self block, decomposed once."""
+        """Each layer's centred covariance ``Σ (x − μ)(x − μ)ᵀ`` from its self block, decomposed once; the rank by
+        the one rule of float64 sums (:func:`~simkit.metrics._checks.rank_rtol`, each layer its own width)."""
         out = []
         start = off = 0
-        dtype = self.dtype or torch.float64
         for d in dims:
             block = blocks[off:off + d * d].view(d, d)
             u = mu[start:start + d]
             c = block - n * torch.outer(u, u)
-            out.append(spectrum_from_cov((c + c.T) / 2, rank_rtol(dtype, d), loadings))
+            out.append(spectrum_from_cov((c + c.T) / 2, loadings))
             start, off = start + d, off + d * d
         return out
 

@@ -4,9 +4,12 @@ Sample ``g`` (its global position: the batch's ``offset`` plus its row) is in fo
 the part adds ``n``, ``Σx``, ``Σy``, each A layer's ``Σxxᵀ``, ``Σxyᵀ`` (P×Q) and ``Σ‖y‖²`` per B layer,
 about a fixed reference shift per column (the first batch's means, re-referenced exactly by
 :meth:`FoldPart.rebase`, as on the feature path), in float64; the products of one batch are split by
-fold, so together they cost one ``P × Q`` product per batch, in the activations' dtype on batch-centred
-features. Memory ``≈ 8·k·(P·Q + Σp_i²)`` bytes (:func:`fold_path_bytes`). The estimator is
-:func:`simkit.metrics.predictivity.ridge_from_moments`.
+fold, so together they cost one ``P × Q`` product per batch, in float64 on batch-centred float64 copies of
+the features (as on the feature path: every product depends on its batch alone, and the sums are float64
+sums, which the one numerical-rank rule of ``ridge_lambda = 0`` assumes). Memory
+``≈ 8·k·(P·Q + Σp_i²)`` bytes (:func:`fold_path_bytes`). The estimator is
+:func:`simkit.metrics.predictivity.ridge_from_moments` (the pseudo-inverse's rank by each A layer's own
+width, :func:`~simkit.metrics._checks.rank_rtol`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from torch import Tensor
 from simkit.metrics._checks import constant_columns
 from simkit.metrics.predictivity import FoldMoments, check_fold_samples, ridge_from_moments
 from simkit.metrics.settings import MeasureSettings
-from simkit.metrics.shape import rank_rtol
 from simkit.metrics.streaming.common import Names, Sums, Values, mask_constant, segments, segsum
 
 
@@ -61,49 +63,46 @@ class FoldPart:
         s.add("yy_cols", q)                # Σ (y − c)² per column (constant rule for B)
         self.seg_b = segments(dims_b)
         self.shift: dict[str, Tensor | None] = {"x": None, "y": None}
-        self.dtype: torch.dtype | None = None
         self.rows = 0
         self.needs_gather = False
 
-    def _side(self, acts: Sequence[Tensor], side: str) -> tuple[Tensor, Tensor, Tensor]:
-        dtype = torch.float64 if any(a.dtype == torch.float64 for a in acts) else torch.float32
-        x = torch.cat([a.detach().to(dtype) for a in acts], 1)
-        mean = x.mean(0, dtype=torch.float64).to(dtype)
-        xt = x - mean
+    def _side(self, acts: Sequence[Tensor], side: str) -> tuple[Tensor, Tensor]:
+        """One model's layers concatenated as float64 and centred on the batch mean ``m``: ``(x̃ (b, P),
+        δ = m − c (P,))``, c the reference shift (the first batch's mean)."""
+        xd = torch.cat([a.detach().to(torch.float64) for a in acts], 1)
+        mean = xd.mean(0)
+        xd.sub_(mean)
         if self.shift[side] is None:
-            self.dtype = dtype
-            self.shift[side] = mean.double()
+            self.shift[side] = mean.clone()
         ref = self.shift[side]
         assert ref is not None
-        col = xt.double().sum(0)
+        col = xd.sum(0)
         bad = torch.nonzero(~torch.isfinite(col)).flatten()[:1].tolist()
         if bad:
             dims = self.dims_a if side == "x" else self.dims_b
             raise self.names.non_finite("a" if side == "x" else "b", int(segments(dims)[bad[0]]))
-        return xt, xt.double(), mean.double() - ref.to(x.device)
+        return xd, mean - ref.to(xd.device)
 
     def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int,
                offset: int = 0) -> None:
         s = self.s
         dev = acts_a[0].device
         s.to(dev)
-        xt, xd, dx = self._side(acts_a, "x")
-        yt, yd, dy = self._side(acts_b, "y")
-        if xt.dtype != yt.dtype:
-            xt, yt = xd, yd
+        xd, dx = self._side(acts_a, "x")
+        yd, dy = self._side(acts_b, "y")
         seg_b = self.seg_b.to(dev)
         lb = len(self.dims_b)
         k = self.settings.ridge_folds
         fold = (int(offset) + torch.arange(b, device=dev)) % k
         for f in torch.unique(fold).tolist():
             rows = torch.nonzero(fold == f).flatten()
-            xf, yf, xfd, yfd = xt[rows], yt[rows], xd[rows], yd[rows]
+            xfd, yfd = xd[rows], yd[rows]
             nf = float(len(rows))
             cx, cy = xfd.sum(0), yfd.sum(0)
             s["n"][f] += nf
-            s["sxy"][f].add_((xf.T @ yf).double() + torch.outer(cx, dy) + torch.outer(dx, cy)
-                             + nf * torch.outer(dx, dy))
-            blocks = torch.cat([(part.T @ part).double().flatten() for part in torch.split(xf, self.dims_a, 1)])
+            # Σ (x − c)(y − c)ᵀ = x̃ᵀỹ + (Σx̃) δ_yᵀ + δ_x (Σỹ)ᵀ + n δ_x δ_yᵀ, in place on the P × Q sum
+            s["sxy"][f].addmm_(xfd.T, yfd).addr_(cx, dy).addr_(dx, cy).addr_(dx, dy, alpha=nf)
+            blocks = torch.cat([(part.T @ part).flatten() for part in torch.split(xfd, self.dims_a, 1)])
             s["sxx"][f].add_(blocks + _outer_blocks(cx, dx, self.dims_a) + _outer_blocks(dx, cx, self.dims_a)
                              + nf * _outer_blocks(dx, dx, self.dims_a))
             s["sx"][f].add_(cx + nf * dx)
@@ -119,8 +118,7 @@ class FoldPart:
 
     def rebase(self, shifts: Sequence[Tensor]) -> None:
         """Re-reference every fold's sums to new shifts ``[(P,), (Q,)]`` (exact algebra in float64)."""
-        dtype = self.dtype or torch.float64
-        new = {k: t.detach().to(dtype).double() for k, t in zip("xy", shifts, strict=True)}
+        new = {k: t.detach().double() for k, t in zip("xy", shifts, strict=True)}  # exact: never rounded
         old_x, old_y = self.shift["x"], self.shift["y"]
         if old_x is None or old_y is None:
             self.shift.update(new)
@@ -146,7 +144,7 @@ class FoldPart:
 
     def merge(self, other: FoldPart) -> None:
         if self.shift["x"] is None:
-            self.shift, self.dtype = dict(other.shift), other.dtype
+            self.shift = dict(other.shift)
         elif other.shift["x"] is not None:
             other.rebase(self.shifts())
         self.s.merge(other.s)
@@ -178,8 +176,7 @@ class FoldPart:
         n = float(s["n"].sum().item())
         check_fold_samples(int(n), self.settings.ridge_folds)
         moments = FoldMoments(s["n"], s["sx"], s["sy"], s["sxx"], s["sxy"], s["tyy"])
-        rtol = rank_rtol(self.dtype or torch.float64, max(self.dims_a))
-        value = ridge_from_moments(moments, self.dims_a, self.dims_b, self.settings.ridge_lambda, rtol)
+        value = ridge_from_moments(moments, self.dims_a, self.dims_b, self.settings.ridge_lambda)
         const_a, const_b = self._constant(n)
         self.names.warn_constant("ridge_r2", const_a, const_b)
         return {"ridge_r2": {"value": mask_constant(value, const_a, const_b).cpu().numpy()}}

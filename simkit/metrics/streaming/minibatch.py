@@ -33,6 +33,8 @@ from simkit.metrics.streaming.common import (
     Names,
     Sums,
     Values,
+    bootstrap_weights,
+    ci_summary,
     draw_perms,
     mask_constant,
     null_summary,
@@ -73,9 +75,10 @@ class MinibatchPart:
     """Nguyen et al.'s minibatch CKA for any of linear_cka / unbiased_cka / rbf_cka, all pairs at once."""
 
     def __init__(self, metrics: list[str], dims_a: list[int], dims_b: list[int], null: int, seed: int,
-                 rbf_factor: float, names: Names):
+                 rbf_factor: float, names: Names, ci: float | None = None, ci_resamples: int = 200):
         self.metrics, self.dims_a, self.dims_b = metrics, dims_a, dims_b
         self.null, self.seed, self.rbf_factor, self.names = null, seed, rbf_factor, names
+        self.ci, self.resamples = ci, ci_resamples if ci is not None else 0
         la, lb = len(dims_a), len(dims_b)
         self.s = Sums()
         # n, batches seen, batches with b < 2, batches with b < 4
@@ -88,6 +91,10 @@ class MinibatchPart:
             self.s.add(f"{m}.self_b", lb)
             if null:
                 self.s.add(f"{m}.null", null, la, lb)
+            if self.resamples:  # the bootstrap replicates' streams (module docstring of common.bootstrap_weights)
+                self.s.add(f"{m}.boot_cross", self.resamples, la, lb)
+                self.s.add(f"{m}.boot_self_a", self.resamples, la)
+                self.s.add(f"{m}.boot_self_b", self.resamples, lb)
         self.needs_gather = False
 
     def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int,
@@ -110,6 +117,7 @@ class MinibatchPart:
         if self.null:
             perms = draw_perms(self.null, b, perm_generator(self.seed, batch_index), ga.device)
         centred = {"a": center_gram(ga), "b": center_gram(gb)}
+        weights = bootstrap_weights(self.resamples, self.seed, batch_index, ga.device) if self.resamples else None
         for m in self.metrics:
             kind = KINDS[m]
             if kind == "unbiased":
@@ -122,16 +130,25 @@ class MinibatchPart:
             else:
                 fa = center_gram(rbf_from_linear(ga, self.rbf_factor)) / (b - 1)
                 fb = center_gram(rbf_from_linear(gb, self.rbf_factor)) / (b - 1)
-            self._add(m, fa, fb, perms)
+            self._add(m, fa, fb, perms, weights)
 
-    def _add(self, m: str, fa: Tensor, fb: Tensor, perms: Tensor | None) -> None:
-        """Add one batch's HSIC streams of metric ``m`` from centred Grams ``fa (La, b, b)``, ``fb (Lb, b, b)``."""
+    def _add(self, m: str, fa: Tensor, fb: Tensor, perms: Tensor | None, weights: Tensor | None) -> None:
+        """Add one batch's HSIC streams of metric ``m`` from centred Grams ``fa (La, b, b)``, ``fb (Lb, b, b)``
+        (and to every bootstrap replicate, ``weights (R,)`` times)."""
         s = self.s
         la, lb, b = fa.shape[0], fb.shape[0], fa.shape[-1]
         flat_a, flat_b = fa.reshape(la, b * b), fb.reshape(lb, b * b)
-        s[f"{m}.cross"].addmm_(flat_a, flat_b.T)
-        s[f"{m}.self_a"].add_((flat_a * flat_a).sum(1))
-        s[f"{m}.self_b"].add_((flat_b * flat_b).sum(1))
+        self_a, self_b = (flat_a * flat_a).sum(1), (flat_b * flat_b).sum(1)
+        if weights is None:
+            s[f"{m}.cross"].addmm_(flat_a, flat_b.T)
+        else:
+            cross = flat_a @ flat_b.T
+            s[f"{m}.cross"].add_(cross)
+            s[f"{m}.boot_cross"].add_(weights[:, None, None] * cross)
+            s[f"{m}.boot_self_a"].add_(weights[:, None] * self_a)
+            s[f"{m}.boot_self_b"].add_(weights[:, None] * self_b)
+        s[f"{m}.self_a"].add_(self_a)
+        s[f"{m}.self_b"].add_(self_b)
         if perms is not None:  # B's Grams permuted, a few draws at a time (≤ 2**25 entries held)
             step = max(1, 2**25 // (lb * b * b))
             for first in range(0, perms.shape[0], step):
@@ -173,6 +190,10 @@ class MinibatchPart:
             if self.null:
                 null = mask_constant(cka_ratio(s[f"{m}.null"], self_a, self_b, warn=False), const_a, const_b)
                 out[m].update(null_summary(null))
+            if self.resamples and self.ci is not None:
+                boot = cka_ratio(s[f"{m}.boot_cross"], s[f"{m}.boot_self_a"][:, :, None],
+                                 s[f"{m}.boot_self_b"][:, None, :], warn=False)
+                out[m].update(ci_summary(value, mask_constant(boot, const_a, const_b), self.ci, int(used)))
         return out
 
     def describe(self) -> dict[str, dict[str, Any]]:
@@ -187,6 +208,9 @@ class MinibatchPart:
                       if KINDS[m] == "unbiased" else
                       "per-batch biased HSIC summed over batches: its bias is set by the batch size, not n",
                       "kernel": "rbf" if m == "rbf_cka" else "linear", "null": self.null}
+            if self.ci is not None:
+                out[m]["ci"] = (f"{self.ci:.0%} interval: value ± t(batches − 1) × the standard deviation of "
+                                f"a Poisson bootstrap over batches, {self.resamples} replicates")
             if m == "rbf_cka":
                 out[m]["bandwidth"] = f"{self.rbf_factor} x per-batch median pairwise distance"
         return out

@@ -15,7 +15,15 @@ import torch
 from torch import Tensor
 
 from simkit.metrics.settings import MeasureSettings
-from simkit.metrics.shape import Spectrum, degenerate_message, is_degenerate, pair_values
+from simkit.metrics.shape import (
+    Spectrum,
+    degenerate_message,
+    is_degenerate,
+    joint_message,
+    jointly_degenerate,
+    pair_values,
+    used_directions,
+)
 from simkit.metrics.streaming.common import Names
 
 
@@ -47,8 +55,11 @@ def shape_values(measures: Sequence[str], spec_a: Sequence[Spectrum], spec_b: Se
                  const_a: Tensor, const_b: Tensor, warn: bool = True) -> dict[str, Tensor]:
     """``{measure: (L_a, L_b)}`` float64; ``cross(i)`` gives ``T0`` of A layer ``i`` with every B layer.
 
-    Constant layers and degenerate whitening (:func:`~simkit.metrics.shape.is_degenerate`) give NaN; with
-    ``warn`` a warning names each degenerate layer (constant layers are warned about by the caller).
+    Constant layers and degenerate whitening give NaN, by the rules of the one-shot functions: a layer
+    that whitens ``n − 1`` directions (:func:`~simkit.metrics.shape.is_degenerate`) and a pair whose
+    whitened directions add up to more than ``n − 1`` (:func:`~simkit.metrics.shape.jointly_degenerate`).
+    With ``warn`` a warning names each degenerate layer, and one per measure names every degenerate pair
+    with its ``r_x + r_y`` and ``n`` (constant layers are warned about by the caller).
     """
     la, lb = len(spec_a), len(spec_b)
     dev = const_a.device
@@ -63,18 +74,33 @@ def shape_values(measures: Sequence[str], spec_a: Sequence[Spectrum], spec_b: Se
                     if flag and not bool(const[k]):
                         warnings.warn(degenerate_message(m, layer_names[k], specs[k], n, settings),
                                       RuntimeWarning, stacklevel=5)
+    joint: dict[str, list[tuple[str, int, int]]] = {m: [] for m in measures}
     for i in range(la):
         if bool(const_a[i]) or spec_a[i].rank == 0:  # rank 0: no variance above rounding, as constant
             continue
         wanted = [j for j in range(lb) if not bool(const_b[j]) and spec_b[j].rank > 0]
         if not wanted:
             continue
-        t0s = cross(i)
+        t0s: list[Tensor] | None = None
         for j in wanted:
-            chosen = [m for m in measures if not (bad[m][0][i] or bad[m][1][j])]
+            chosen = []
+            for m in measures:
+                if bad[m][0][i] or bad[m][1][j]:
+                    continue
+                if jointly_degenerate(spec_a[i], spec_b[j], n, m, settings):
+                    joint[m].append((f"{names.a[i]} x {names.b[j]}", used_directions(spec_a[i], m, settings),
+                                     used_directions(spec_b[j], m, settings)))
+                    continue
+                chosen.append(m)
             if not chosen:
                 continue
+            if t0s is None:
+                t0s = cross(i)
             values = pair_values(spec_a[i], spec_b[j], t0s[j], chosen, settings)
             for m, v in values.items():
                 out[m][i, j] = v
+    if warn:
+        for m, pairs in joint.items():
+            if pairs:
+                warnings.warn(joint_message(m, pairs, n), RuntimeWarning, stacklevel=5)
     return out

@@ -6,7 +6,10 @@ each layer's spectrum from its samples, :mod:`simkit.metrics.streaming.shapes`),
 (``rsa``: one RDM upper triangle per layer, :mod:`simkit.metrics.rsa`, up to the ``n`` its memory allows).
 
 Gram rows are produced in blocks with :mod:`simkit.metrics.cka`'s pieces (the one distance formula,
-median, RBF kernel, U-centring and ratio); neighbours with :mod:`simkit.metrics.knn`.
+median, RBF kernel, U-centring and ratio), as float64 products of float64 copies of the samples;
+neighbours with :mod:`simkit.metrics.knn` after its preprocessing in float64 (as ``mutual_knn``'s
+default). Every product and spectrum is float64, so the numerical rank is the one rule of float64 sums
+(:func:`~simkit.metrics._checks.rank_rtol`), as in the functions and on the streamed paths.
 """
 
 from __future__ import annotations
@@ -32,13 +35,12 @@ from simkit.metrics.knn import clamp_normalize, knn_indices
 from simkit.metrics.predictivity import check_fold_samples, fold_moments, ridge_from_moments
 from simkit.metrics.rsa import check_rsa_n, kendall_tau_a, prepared, rdm_upper, undefined_reason
 from simkit.metrics.settings import MeasureSettings
-from simkit.metrics.shape import SHAPE_MEASURES, rank_rtol, spectrum_from_samples
+from simkit.metrics.shape import SHAPE_MEASURES, spectrum_from_samples
 from simkit.metrics.streaming.common import (
     KINDS,
     Names,
     PhaseProgress,
     Values,
-    compute_dtype,
     draw_perms,
     mask_constant,
     null_summary,
@@ -62,22 +64,23 @@ class GramRows:
     """Rows of one layer's centred (``biased``), U-centred (``unbiased``) or centred RBF Gram, on demand.
 
     x: ``(n, p)`` stored activations. ``rows(idx)`` → ``(len(idx), n)`` float64, never the whole n × n.
+    The features are centred and multiplied in float64 (an ``n × p`` float64 copy per layer), as on the
+    feature path and in the functions, so every path's Gram products are float64 products.
     """
 
     def __init__(self, x: Tensor, kind: str, factor: float, chunk: int, constant: bool):
         self.kind, self.n, self.constant = kind, x.shape[0], constant
-        dtype = compute_dtype(x)
-        x = x.to(dtype)
-        self.xc = x - x.mean(0, dtype=torch.float64).to(dtype)
+        xd = x.double()
+        self.xc = xd - xd.mean(0)
         if constant:
             return
         n = self.n
         if kind == "unbiased":  # the U-centring offsets from the column sums of K̃ = K − diag(K)
-            xd = self.xc.double()
-            rowsq = (xd * xd).sum(1)
-            self.m = u_center_offsets(xd @ xd.sum(0) - rowsq, n)
+            xc = self.xc
+            rowsq = (xc * xc).sum(1)
+            self.m = u_center_offsets(xc @ xc.sum(0) - rowsq, n)
         elif kind == "rbf":
-            self.sq = (self.xc.double() ** 2).sum(1)
+            self.sq = (self.xc ** 2).sum(1)
             self.sigma = factor * float(median_of_distances(self._sqdist, n, chunk, x.device))
             if not self.sigma > 0:
                 raise SimkitError("RBF bandwidth is 0: the median pairwise distance of a layer is 0 (most "
@@ -87,7 +90,7 @@ class GramRows:
             self.row_mean, self.grand = means, means.mean()
 
     def _sqdist(self, idx: Tensor) -> Tensor:
-        return sq_distances((self.xc[idx] @ self.xc.T).double(), self.sq, idx)
+        return sq_distances(self.xc[idx] @ self.xc.T, self.sq, idx)
 
     def _rbf(self, idx: Tensor) -> Tensor:
         return rbf_from_sq_distances(self._sqdist(idx), self.sigma)
@@ -96,9 +99,9 @@ class GramRows:
         if self.constant:
             return torch.zeros(len(idx), self.n, dtype=torch.float64, device=idx.device)
         if self.kind == "biased":
-            return (self.xc[idx] @ self.xc.T).double()
+            return self.xc[idx] @ self.xc.T
         if self.kind == "unbiased":
-            return u_center_rows((self.xc[idx] @ self.xc.T).double(), self.m, idx)
+            return u_center_rows(self.xc[idx] @ self.xc.T, self.m, idx)
         return self._rbf(idx) - self.row_mean[idx, None] - self.row_mean[None, :] + self.grand
 
 
@@ -260,9 +263,9 @@ class StoredPart:
         la, lb = len(xa), len(xb)
         searched = f"neighbour search ({n} samples, {la + lb} layers)"
 
-        def neighbours(x: Tensor) -> Tensor:
-            x = x.to(compute_dtype(x))
-            return knn_indices(clamp_normalize(x), k, progress=lambda rows: self.report(searched, rows, (la + lb) * n))
+        def neighbours(x: Tensor) -> Tensor:  # the preprocessing in float64, as mutual_knn's default
+            return knn_indices(clamp_normalize(x.double()), k,
+                               progress=lambda rows: self.report(searched, rows, (la + lb) * n))
 
         codes_a = torch.stack([(rows * n + neighbours(x)).flatten() for x in xa])  # (La, n·k)
         idx_b = [neighbours(x) for x in xb]
@@ -308,10 +311,8 @@ class StoredPart:
                               f"({need} bytes > `memory_budget_bytes`={self.budget}); use a smaller `n`, "
                               "`reduce`=mean, or no `null` (then the covariances are streamed if they fit)")
         pw = "pwcca" in measures
-        spec_a = [spectrum_from_samples(x, rank_rtol(compute_dtype(raw), x.shape[1]), pw)
-                  for x, raw in zip(self._centred(xa), xa, strict=True)]
-        spec_b = [spectrum_from_samples(y, rank_rtol(compute_dtype(raw), y.shape[1]), pw)
-                  for y, raw in zip(self._centred(xb), xb, strict=True)]
+        spec_a = [spectrum_from_samples(x, pw) for x in self._centred(xa)]
+        spec_b = [spectrum_from_samples(y, pw) for y in self._centred(xb)]
 
         def run(order: Tensor | None, warn: bool) -> dict[str, Tensor]:
             basis_b = [s.basis if order is None else s.basis[order] for s in spec_b]
@@ -346,8 +347,7 @@ class StoredPart:
             rows = []
             for x in xa:
                 moments = fold_moments([x], ys, st.ridge_folds)
-                rtol = rank_rtol(compute_dtype(x), x.shape[1])
-                rows.append(ridge_from_moments(moments, [x.shape[1]], self.dims_b, st.ridge_lambda, rtol)[0])
+                rows.append(ridge_from_moments(moments, [x.shape[1]], self.dims_b, st.ridge_lambda)[0])
             return torch.stack(rows)
 
         result: dict[str, Any] = {"value": mask_constant(run(xb), const_a, const_b)}

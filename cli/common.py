@@ -6,14 +6,89 @@ import functools
 import os
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperArgument, TyperOption
+from typer._click.exceptions import NoArgsIsHelpError, UsageError
+from typer.core import TyperArgument, TyperCommand, TyperGroup
+from typer.exceptions import Abort
 
 from simkit.errors import SimkitError
-from simkit.rundir import check_run_path, discard_unused_runs, forget_runs
+from simkit.rundir import check_run_path, discard_unused_runs, forget_runs, release_locks
+
+
+class _Help:
+    """What simkit's commands and its group show differently from typer's defaults, by subclassing
+    (``cls=``): no ``<bool>`` beside ``--help``, and ``SPEC ...`` beside a variadic argument."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        if option is not None:
+            option.metavar = ""  # a flag: nothing to show in the type column
+        return option
+
+
+class _SpecsArgument(TyperArgument):
+    """A variadic argument of specs: help shows ``SPEC ...`` as its type."""
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return "SPEC ..."
+
+
+class SimkitCommand(_Help, TyperCommand):
+    """typer's command class with simkit's help (see :class:`_Help`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if isinstance(param, TyperArgument) and param.nargs == -1 and type(param) is TyperArgument:
+                param.__class__ = _SpecsArgument
+
+
+class SimkitGroup(_Help, TyperGroup):
+    """typer's group with simkit's errors: a usage error of the command line (an unknown option or
+    command, a value of the wrong type or choice, a missing option) is one line ``error: ...`` on
+    stderr naming the option and the fix, exit code 2, instead of typer's framed box."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, windows_expand_args: bool = True, **extra: Any) -> Any:
+        try:
+            code = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
+                                windows_expand_args=windows_expand_args, **extra)
+            code = code if isinstance(code, int) else 0
+        except NoArgsIsHelpError as exc:  # `simkit` alone: the overview, as typer shows it
+            typer.echo(exc.format_message())
+            code = 2
+        except UsageError as exc:
+            typer.echo(f"error: {usage_message(exc)}", err=True)
+            code = 2
+        except Abort:
+            typer.echo("interrupted", err=True)
+            code = 130
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+def usage_message(exc: UsageError) -> str:
+    """One line for a usage error of the command line: what is wrong, and where the options are listed."""
+    message = " ".join(line.strip() for line in exc.format_message().splitlines() if line.strip())
+    for typer_words, ours in (("Input should be a valid integer, unable to parse string as an integer",
+                               "expected a whole number"),
+                              ("Input should be a valid number, unable to parse string as a number",
+                               "expected a number"),
+                              ("Value error, ", "")):
+        message = message.replace(typer_words, ours)
+    names, ctx = [], exc.ctx
+    while ctx is not None and ctx.parent is not None:  # the command's own name (the root may be "python -m")
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    sub = " ".join(reversed(names))
+    listed = "the options" if sub else "the commands"
+    return f"{message.rstrip('.')}; see `simkit {sub + ' ' if sub else ''}--help` for {listed}"
+
 
 app = typer.Typer(
     name="simkit",
@@ -22,29 +97,13 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=SimkitGroup,
 )
 
 
-def _flag_type(self: Any, ctx: Any) -> str | None:
-    """Help shows no ``<bool>`` type beside an on/off flag (``--trust``, ``--no-report``, ``--help``), and
-    ``A,B,...`` instead of ``<list[str]>`` beside a comma-list option."""
-    if getattr(self, "is_flag", False) and self.metavar is None:
-        return None
-    shown = _typer_type(self, ctx)
-    return "A,B,..." if shown is not None and "list[" in str(shown) else shown
-
-
-def _argument_type(self: Any, ctx: Any) -> str | None:
-    """Help shows ``SPEC ...`` instead of ``<list[str]>`` beside a variadic argument (``MODELS...``)."""
-    shown = _typer_argument_type(self, ctx)
-    return "SPEC ..." if shown is not None and "list[" in str(shown) else shown
-
-
-_typer_type = TyperOption.display_type_rich
-TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
-_typer_argument_type = TyperArgument.display_type_rich
-TyperArgument.display_type_rich = _argument_type  # type: ignore[method-assign]
-
+# The type column of help: flags show nothing (metavar=""), comma-list options ``A,B,...``
+FLAG = ""
+LIST = "A,B,..."
 
 # library argument names that every command spells alike: → the option parameter that takes them
 LIBRARY_ALIASES = {"run_dir": "out"}
@@ -93,13 +152,16 @@ def command(*args: Any, arg_flags: dict[str, str] | None = None, **kwargs: Any):
     mapped to this command's flags (``cli_message``; ``arg_flags``: library argument → flag or option
     parameter name, where they differ). A run directory that this invocation created and that holds
     nothing but inputs.json when it fails on bad input (or is interrupted) is removed again
-    (``simkit.rundir.discard_unused_runs``)."""
+    (``simkit.rundir.discard_unused_runs``). Whatever happens, the run directories the command locked
+    are released and, under torchrun, every rank leaves the process group before the command returns
+    (``simkit.distributed.shutdown``: a barrier on success, then destroy_process_group)."""
 
     def decorate(func):
         flags = command_flags(func, arg_flags)
 
         @functools.wraps(func)
         def wrapper(*a: Any, **kw: Any):
+            joined = ok = False
             try:
                 if kw.get("device") is not None:  # a device that is not there fails before anything is written
                     from simkit.forward import resolve_device
@@ -110,8 +172,10 @@ def command(*args: Any, arg_flags: dict[str, str] | None = None, **kwargs: Any):
                 if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun: join its process group
                     from simkit.distributed import init_if_launched  # (torch: only where it is needed)
 
-                    init_if_launched(str(kw.get("device") or "cpu"))
-                return func(*a, **kw)
+                    joined = init_if_launched(str(kw.get("device") or "cpu"))
+                result = func(*a, **kw)
+                ok = True
+                return result
             except SimkitError as exc:
                 discard_unused_runs()
                 message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())  # one line
@@ -123,7 +187,13 @@ def command(*args: Any, arg_flags: dict[str, str] | None = None, **kwargs: Any):
                 raise typer.Exit(130) from None
             finally:
                 forget_runs()
+                release_locks()  # the run directories this command held are free again
+                if joined:  # every rank leaves torchrun's group before the command returns (issue #25)
+                    from simkit.distributed import shutdown
 
+                    shutdown(ok)
+
+        kwargs.setdefault("cls", SimkitCommand)
         return app.command(*args, **kwargs)(wrapper)
 
     return decorate
@@ -150,16 +220,16 @@ def split_floats(values: list[str] | str | None, option: str) -> list[float]:
 
 OutOpt = Annotated[Path, typer.Option("--out", help="Run directory to write (created if missing).")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for model init, data and training.")]
-NoReportOpt = Annotated[bool, typer.Option("--no-report", help="Skip rendering report.html.")]
+NoReportOpt = Annotated[bool, typer.Option("--no-report", help="Skip rendering report.html.", metavar="")]
 TrustOpt = Annotated[bool, typer.Option(
-    "--trust", help="Allow loading pickled model files (this executes code from the file).")]
+    "--trust", help="Allow loading pickled model files (this executes code from the file).", metavar="")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")]
 DataOpt = Annotated[str, typer.Option(
     "--data", help="Data spec: mnist1d, digits, synthetic:SHAPE, npy:PATH, pt:PATH, imagefolder:DIR, text:FILE.")]
 NOpt = Annotated[int | None, typer.Option(
     "--n", "--num-samples", help="Use at most this many samples (--num-samples under torchrun).")]
 ResumeOpt = Annotated[bool, typer.Option(
-    "--resume", help="Continue an interrupted run from the checkpoints in --out.")]
+    "--resume", help="Continue an interrupted run from the checkpoints in --out.", metavar="")]
 
 
 WeightsOpt = Annotated[Path | None, typer.Option("--weights", help="Local weights file for MODEL.")]

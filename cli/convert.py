@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from simkit.cli.common import (
+    LIST,
     DataOpt,
     DeviceOpt,
     NOpt,
@@ -38,9 +39,10 @@ def convert_command(
         "--recipe", help="conv-to-mlp, deep-to-shallow, attention-to-rnn or attention-to-mlp (ignored with --plan).")] = "conv-to-mlp",
     data: DataOpt = "mnist1d",
     schedule: Annotated[list[str] | None, typer.Option(
-        "--schedule", help="progressive, sequential, independent, joint (comma list).", show_default="progressive")] = None,
+        "--schedule", help="progressive, sequential, independent, joint (comma list).", show_default="progressive",
+        metavar=LIST)] = None,
     metric: Annotated[list[str] | None, typer.Option(
-        "--metric", help="Alignment loss: cka, unbiased_cka, dmnn (comma list).", show_default="cka")] = None,
+        "--metric", help="Alignment loss: cka, unbiased_cka, dmnn (comma list).", show_default="cka", metavar=LIST)] = None,
     baselines: Annotated[str, typer.Option(
         "--baselines", help="Comma list of scratch, kd; 'none' for no baseline.")] = "scratch,kd",
     plan: Annotated[str | None, typer.Option(
@@ -67,7 +69,7 @@ def convert_command(
     lr: Annotated[float, typer.Option("--lr", help="AdamW learning rate (alignment and fine-tuning).")] = 1e-3,
     guide_init: Annotated[list[str] | None, typer.Option(
         "--guide-init", help="trained (the guide as loaded/trained) or random (an untrained copy); comma list.",
-        show_default="trained")] = None,
+        show_default="trained", metavar=LIST)] = None,
     train_guide: Annotated[float, typer.Option(
         "--train-guide", help="Train the guide on the task for this many epochs first (0 = use as is).")] = 0,
     plateau_window: Annotated[int, typer.Option(

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from simkit.cli.common import (
+    FLAG,
     NOpt,
     NoReportOpt,
     OutOpt,
@@ -55,7 +56,8 @@ def graft_command(
     steps: Annotated[int, typer.Option("--steps", help="Training steps of each E2 arm and of F3.")] = 600,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Samples per training batch.")] = 16,
     allow_double_zero: Annotated[bool, typer.Option(
-        "--allow-double-zero", help="Allow the double-zero gate (only to demonstrate that nothing trains).")] = False,
+        "--allow-double-zero", help="Allow the double-zero gate (only to demonstrate that nothing trains).",
+        metavar=FLAG)] = False,
     seed: SeedOpt = 0,
     trust: TrustOpt = False,
     resume: ResumeOpt = False,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from simkit.cli.common import SeedOpt, TrustOpt, WeightsOpt, command, load_cli_model
+from simkit.cli.common import FLAG, SeedOpt, TrustOpt, WeightsOpt, command, load_cli_model
 
 
 @command("layers", help=(
@@ -28,7 +28,7 @@ def layers_command(
     weights: WeightsOpt = None,
     tokenizer: Annotated[str | None, typer.Option(
         "--tokenizer", help="hf:DIR whose tokenizer reads text:FILE data (default: MODEL when it is hf:).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON records.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON records.", metavar=FLAG)] = False,
 ) -> None:
     from simkit.data import load_data
     from simkit.errors import SimkitError

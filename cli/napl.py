@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from simkit.cli.common import SeedOpt, TrustOpt, WeightsOpt, command, load_cli_model
+from simkit.cli.common import FLAG, SeedOpt, TrustOpt, WeightsOpt, command, load_cli_model
 
 
 @command("napl", help=(
@@ -17,7 +17,7 @@ from simkit.cli.common import SeedOpt, TrustOpt, WeightsOpt, command, load_cli_m
     '{"napl": ..., "distribution": [P(0), P(1), ...], "apl": ..., ...}.'))
 def napl_command(
     model: Annotated[str, typer.Argument(help="Model spec (torchvision:resnet18, simkit:cnn1d, file:PATH, ...).")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.", metavar=FLAG)] = False,
     data: Annotated[str | None, typer.Option(
         "--data", help="Optional data spec: one sample is run to tell tensors from shape values.")] = None,
     weights: WeightsOpt = None,

@@ -9,6 +9,8 @@ from typing import Annotated
 import typer
 
 from simkit.cli.common import (
+    FLAG,
+    LIST,
     DataOpt,
     DeviceOpt,
     NOpt,
@@ -42,9 +44,9 @@ class Init(str, Enum):
 
 @command("stitch", help=(
     "Stitch model A's front half into model B's back half at layer pairs and measure the stitching "
-    "penalty (B's accuracy minus the stitched accuracy) on the evaluation set (the test split of --data, "
-    "or --test-data). With --iri the invariance-aware arm (stitches trained only on IRIs of A) runs beside "
-    "the standard one; --train E trains A and B first. A model at chance and IRIs that missed their "
+    "penalty (B's accuracy minus the stitched accuracy; penalty_min: the lower of A's and B's accuracies minus "
+    "it) on the evaluation set (the test split of --data, or --test-data). With --iri the invariance-aware "
+    "arm (stitches trained only on IRIs of A) runs beside the standard one; --train E trains A and B first. A model at chance and IRIs that missed their "
     "tolerance are warned about. Writes stitching.csv, result.json and report.html to --out."))
 def stitch_command(
     model_a: Annotated[str, typer.Argument(help="Front model spec (A), e.g. simkit:cnn1d or file:a.safetensors.")],
@@ -56,14 +58,15 @@ def stitch_command(
         "all of --data then trains the stitches. Default: the test split of --data.",
         show_default=False)] = None,
     layer_a: Annotated[list[str] | None, typer.Option(
-        "--layer-a", help="Layers of A (module names; repeatable or comma list; pairs up with --layer-b).")] = None,
+        "--layer-a", help="Layers of A (module names; repeatable or comma list; pairs up with --layer-b).", metavar=LIST)] = None,
     layer_b: Annotated[list[str] | None, typer.Option(
-        "--layer-b", help="Layers of B (module names; repeatable or comma list).")] = None,
+        "--layer-b", help="Layers of B (module names; repeatable or comma list).", metavar=LIST)] = None,
     layers: Annotated[str | None, typer.Option(
         "--layers", help="'auto': pair the blocks of A and B by relative depth.")] = None,
     objective: Annotated[list[str] | None, typer.Option(
-        "--objective", help="Comma list of hlm, slm, dm, fula (default fula).")] = None,
-    iri: Annotated[bool, typer.Option("--iri", help="Add the invariance-aware arm (train on IRIs).")] = False,
+        "--objective", help="Comma list of hlm, slm, dm, fula (default fula).", metavar=LIST)] = None,
+    iri: Annotated[bool, typer.Option("--iri", help="Add the invariance-aware arm (train on IRIs).",
+                                      metavar=FLAG)] = False,
     steps: Annotated[int, typer.Option("--steps", help="Stitch training steps (0 = least-squares init only).")] = 300,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Stitch training batch size.")] = 128,
     lr: Annotated[float, typer.Option("--lr", help="Stitch learning rate (Adam).")] = 1e-3,
@@ -82,6 +85,16 @@ def stitch_command(
         "--iri-restarts", help="Restart inputs still above --iri-tol from a new seed, up to this many times.")] = 3,
     train: Annotated[float, typer.Option(
         "--train", help="Train A and B on --data for this many epochs first (0 = use them as they are).")] = 0.0,
+    seeds: Annotated[int, typer.Option(
+        "--seeds", help="Repeat for seeds --seed, --seed+1, ... (this many): models built (A with the seed, B "
+        "with seed+1) and trained per seed, IRIs and stitches per seed; stitching_mean.csv and "
+        "iri_differences.csv give means and 95 % t intervals over seeds.")] = 1,
+    val_every: Annotated[int, typer.Option(
+        "--val-every", help="Score each stitch on a validation split of the stitching data every this many "
+        "steps (and at step 0) and keep the best step's stitch (0 = off: keep the last).")] = 0,
+    val_fraction: Annotated[float, typer.Option(
+        "--val-fraction", help="Fraction of the stitching data held out for --val-every (drawn by --seed; "
+        "never the evaluation set).")] = 0.1,
     cache_dir: Annotated[Path | None, typer.Option(
         "--cache-dir", help="IRI cache directory (default: runs/.iri-cache).", show_default=False)] = None,
     n: NOpt = None,
@@ -91,8 +104,11 @@ def stitch_command(
     resume: ResumeOpt = False,
     no_report: NoReportOpt = False,
 ) -> None:
+    from torch.nn import Module
+
     from simkit.data import load_data
     from simkit.models import load_model
+    from simkit.seeding import pair_seeds
     from simkit.stitching import runner
     from simkit.stitching.settings import StitchSettings
 
@@ -101,17 +117,26 @@ def stitch_command(
         objective=split_list(objective) or ["fula"], iri=iri, steps=steps, batch_size=batch_size, lr=lr,
         init=init.value, iri_steps=iri_steps, iri_tol=iri_tol, iri_seed=iri_seed.value,
         iri_optimizer=iri_optimizer.value, iri_step_size=iri_step_size, iri_lr=iri_lr,
-        iri_batch_size=iri_batch_size, iri_restarts=iri_restarts, n=n, seed=seed, train=train)
+        iri_batch_size=iri_batch_size, iri_restarts=iri_restarts, n=n, seed=seed, train=train, seeds=seeds,
+        val_every=val_every, val_fraction=val_fraction)
     settings.validate()
     run_dir = cli_run_dir("stitch", out, resume, {**settings.to_dict(), "model_a": model_a, "model_b": model_b,
                                                   "data": data, "test_data": test_data},
                           files={"model_a": "model", "model_b": "model", "data": "data",
                                  "test_data": "data"})  # checked, not started
-    net_a = load_model(model_a, seed=seed, trust=trust)
-    net_b = load_model(model_b, seed=seed, trust=trust)
+    first = pair_seeds(seed)  # A gets the seed, B seed + 1: the same spec twice gives two networks
+    net_a = load_model(model_a, seed=first["model_a"], trust=trust)
+    net_b = load_model(model_b, seed=first["model_b"], trust=trust)
+
+    def build_a(s: int) -> Module:
+        return net_a if s == seed else load_model(model_a, seed=pair_seeds(s)["model_a"], trust=trust)
+
+    def build_b(s: int) -> Module:
+        return net_b if s == seed else load_model(model_b, seed=pair_seeds(s)["model_b"], trust=trust)
+
     dataset = load_data(data, n=n, seed=seed)
     evaluation = load_data(test_data, seed=seed) if test_data is not None else None
-    result = runner.stitch(net_a, net_b, dataset, settings, test_data=evaluation, run_dir=run_dir, resume=resume,
+    result = runner.stitch(build_a, build_b, dataset, settings, test_data=evaluation, run_dir=run_dir, resume=resume,
                            device=device,
                            cache_dir=runner.DEFAULT_CACHE if cache_dir is None else cache_dir,
                            names=(model_a, model_b))

@@ -17,18 +17,39 @@ def launched_by_torchrun() -> bool:
 
 
 def init_if_launched(device: str = "cpu") -> bool:
-    """Join the process group torchrun prepared (gloo on CPU, nccl on CUDA); True when distributed."""
+    """Join the process group torchrun prepared (gloo on CPU, nccl on CUDA); True when distributed.
+
+    The group is left by :func:`shutdown` (the CLI's command wrapper calls it on every rank, on success
+    and on error; an ``atexit`` hook is the backstop for Python callers)."""
     if not launched_by_torchrun():
         return False
     if not dist.is_initialized():
+        # torch._dynamo first: imported after the group exists (the first optimizer step imports it), it
+        # keeps the group alive past destroy_process_group, so gloo's worker threads outlive it into
+        # interpreter finalisation; a worker that then drops a finished all_reduce whose tensor's Python
+        # object it owns needs the GIL, and taking the GIL while the interpreter finalises ends the thread
+        # inside C++ -> "terminate called without an active exception" (exit -6), about 1 run in 15-6.
+        import torch._dynamo  # noqa: F401
+
         backend = "nccl" if device.startswith("cuda") else "gloo"
         dist.init_process_group(backend=backend)
-        atexit.register(_shutdown)  # leave the group before the interpreter tears its threads down
+        atexit.register(shutdown)  # the backstop; the CLI leaves the group before its command returns
     return True
 
 
-def _shutdown() -> None:
-    if dist.is_initialized():
+def shutdown(ok: bool = True) -> None:
+    """Leave the process group (a no-op when not in one), on every rank: ``ok`` (the run succeeded on
+    this rank): a barrier first, so that no rank leaves while another still talks to it; then the group
+    is destroyed, which waits for gloo's workers to finish and release their work. On an error path
+    (``ok`` False) there is no barrier: another rank may be inside a collective this rank never joins."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    try:
+        if ok and dist.get_world_size() > 1:
+            dist.barrier()
+    except RuntimeError:  # a rank that is gone (DistBackendError is a RuntimeError): leave all the same
+        pass
+    finally:
         dist.destroy_process_group()
 
 

@@ -3,6 +3,7 @@ so an interrupted run never leaves a half-written file behind."""
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -11,22 +12,72 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from simkit.errors import SimkitError
+
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
+class WriteError(SimkitError, OSError):
+    """A file could not be written (a full disk, a quota, a file too large, no permission): a SimkitError
+    (one line, exit 2) that is also an OSError, so that code which tolerates a failed write (a cache)
+    still does. ``errno``, ``strerror`` and ``filename`` are those of the OSError met."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "cannot write a file"
+
+
+# what to do about a failed write, by errno
+_FIXES = {
+    errno.ENOSPC: "free space on that disk (or choose another place) and run again",
+    errno.EDQUOT: "free space within your disk quota (or choose another place) and run again",
+    errno.EFBIG: "the file system takes no file that large: choose another place and run again",
+    errno.EACCES: "make the folder writable (or choose another place) and run again",
+    errno.EROFS: "the file system is read-only: choose another place and run again",
+}
+
+
+def write_error(path: str | Path, exc: OSError) -> WriteError:
+    """The one-line error of a failed write of ``path``: the file, the cause, the fix; earlier files are
+    as they were (every write is atomic)."""
+    cause = exc.strerror or type(exc).__name__
+    code = errno.errorcode.get(exc.errno, "") if exc.errno is not None else ""
+    fix = _FIXES.get(exc.errno or 0, "check the disk and the folder, then run again")
+    error = WriteError(f"cannot write {path}: {cause}{f' ({code})' if code else ''}; the files written before "
+                       f"are intact; {fix} (a training run continues from its last checkpoint with `resume`)")
+    error.errno, error.strerror, error.filename = exc.errno, exc.strerror, str(path)
+    return error
+
+
+def _fill(write: Callable[[Path], object], tmp: Path) -> None:
+    """Write the temporary file (the one place a write can meet a full disk; tests inject faults here)."""
+    write(tmp)
+
+
 def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
-    """Call ``write(tmp_path)`` then rename ``tmp_path`` onto ``path`` (same directory, atomic)."""
+    """Call ``write(tmp_path)`` then rename ``tmp_path`` onto ``path`` (same directory, atomic).
+
+    Any failure removes the temporary file, so ``path`` holds either its earlier bytes or the new ones
+    in full. An OSError (a full disk: ENOSPC, EDQUOT, EFBIG; no permission) is raised as a
+    :class:`WriteError` naming ``path`` and the cause."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    tmp: Path | None = None
     try:
-        write(Path(tmp))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        tmp = Path(name)
+        os.close(fd)
+        _fill(write, tmp)
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as exc:
+        if tmp is not None:
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+        if isinstance(exc, OSError) and not isinstance(exc, WriteError):
+            raise write_error(path, exc) from None
         raise
     return path
 
@@ -46,11 +97,40 @@ def write_csv(path: str | Path, frame) -> Path:
     return atomic_write(path, lambda p: frame.to_csv(p, index=False))
 
 
+class _Sink:
+    """A binary file for ``torch.save`` that remembers the OSError its writes met: torch reports a full
+    disk as a RuntimeError ("unexpected pos", "iostream error") that no longer says why."""
+
+    def __init__(self, handle: Any):
+        self.handle = handle
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.handle.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
 def save_torch(path: str | Path, obj: Any) -> Path:
-    """``torch.save(obj)`` to ``path`` atomically."""
+    """``torch.save(obj)`` to ``path`` atomically (a full disk is a :class:`WriteError`, as for every write)."""
     import torch
 
-    return atomic_write(path, lambda p: torch.save(obj, p))
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as handle:
+            sink = _Sink(handle)
+            try:
+                torch.save(obj, sink)  # type: ignore[arg-type]
+            except RuntimeError:
+                if sink.error is not None:
+                    raise sink.error from None
+                raise
+
+    return atomic_write(path, write)
 
 
 def to_jsonable(obj: Any) -> Any:

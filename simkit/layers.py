@@ -193,9 +193,14 @@ def select_output(output: Any, output_index: int | str | None = None, layer: str
     ``output_index`` None: the output itself, the first tensor of a tuple/list, ``last_hidden_state``
     (else the first tensor value) of a dict-like output. An int: that position (of a dict's values
     too). A string: a key, or a dotted path of keys and positions (``"hidden_states.3"``); digit parts
-    are positions unless the dict has that key.
+    are positions unless the dict has that key. An index given for a plain Tensor output is a
+    SimkitError (it would otherwise be ignored without a word).
     """
     if isinstance(output, Tensor):  # the common case, first; an index chooses inside tuples and dicts only
+        if output_index is not None:
+            raise SimkitError(f"layer {layer!r}: `output_index` {output_index!r} selects inside a tuple or dict "
+                              "output, but this layer outputs a plain Tensor; leave `output_index` out, or "
+                              "choose layers whose outputs are tuples or dicts")
         return output
     if output_index is None:
         if isinstance(output, Mapping):

@@ -244,9 +244,13 @@ class ConvertResult(RunResult):
 
 @dataclass
 class StitchResult(RunResult):
-    """Tables: ``stitching`` (one row per layer pair × objective × setting), ``training`` (steps, final
-    loss and least-squares residual per stitch), ``iris`` (IRI error statistics per layer of A).
-    Summary: a_accuracy, b_accuracy, iri_relative_error_median, mean_penalty_<objective>_<setting>.
+    """Tables: ``stitching`` (one row per seed × layer pair × objective × setting: accuracies, ``penalty``,
+    ``penalty_min``, ``chosen_step``), ``training`` (steps, final loss, least-squares residual, chosen
+    step and validation score per stitch), ``iris`` (IRI error statistics, distances from their seeds and
+    B's labels per seed × layer of A), ``stitching_mean`` (mean, std and 95 % t interval over seeds per
+    layer pair × objective × setting) and ``iri_differences`` (IRI − standard penalty paired by seed).
+    Summary: a_accuracy, b_accuracy, iri_relative_error_median, mean_penalty_<objective>_<setting>,
+    mean_penalty_min_<objective>_<setting>, seeds, iri_minus_standard, penalty_over_seeds.
     Extra: ``iri_histograms`` and ``iri_examples`` per layer of A, ``pairs`` (with relative depths)."""
 
     kind: ClassVar[str] = "stitch"
@@ -263,9 +267,13 @@ class LinearizeResult(RunResult):
     ``distributions`` (run, granularity, omega, seed, length, probability, apl_probability; run
     "original" included), ``cka`` (run, granularity, omega, seed, layer_a, layer_b, linear_cka:
     linearized site b against original site a), ``history`` (run, step, loss), ``matched`` (per seed:
-    channel − layer accuracy at each layer-wise NAPL), and over seeds ``aggregate``, ``matched_mean``,
-    ``layers_mean``, ``distributions_mean``, ``cka_mean`` (means and standard deviations).
-    summary: original_accuracy, original_napl, runs (the runs table as records), seeds, and more.
+    channel − layer accuracy at each layer-wise NAPL), ``matched_fraction`` (the same at each layer-wise
+    linearized fraction), and over seeds ``aggregate``, ``matched_mean``, ``matched_fraction_mean``
+    (paired difference with its 95 % t interval ``difference_low``/``difference_high`` and ``verdict``),
+    ``layers_mean``, ``distributions_mean``, ``cka_mean`` (means and standard deviations). ``runs`` also
+    has ``linearized_fraction`` and ``mean_abs_one_minus_alpha`` and, after recovery (settings
+    ``recover`` > 0), ``accuracy_recovered`` (``accuracy`` is the accuracy before recovery).
+    summary: original_accuracy, original_napl, runs (the runs table as records), seeds, warnings, and more.
     """
 
     kind: ClassVar[str] = "linearize"

@@ -8,6 +8,14 @@ run then removes the earlier run's ``checkpoints/`` (they must never be resumed 
 writes ``inputs.json`` (rank 0, atomically); a resume writes nothing. Runners call ``start()`` once
 their own inputs are validated, right before the first work.
 
+A started run directory belongs to one run at a time: ``start()`` takes an exclusive lock
+(``fcntl.flock`` on ``<path>/.simkit.lock``, which holds the holder's process id and start time) before
+its first write, and the lock is held until ``close()`` (the CLI's command wrapper, a ``with`` block) or
+the process ends. A second run into the same directory is refused, naming the holder; a lock file
+whose lock can be taken was left by a process that died (the kernel releases ``flock`` with the
+process) and is taken over with a notice on stderr. The lock file is hidden (a dot name): digests,
+results and the listing of a run directory leave it out.
+
 ``inputs``: JSON-able values by name (settings fields, spec strings, seeds). ``files``: name →
 local files or directories whose contents the run reads, recorded by sha256 (a directory file by
 file). Python callers that pass modules and tensors record them with :func:`fingerprint`.
@@ -15,9 +23,13 @@ file). Python callers that pass modules and tensors record them with :func:`fing
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
+import os
 import shutil
+import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +38,7 @@ from simkit.errors import SimkitError
 
 INPUTS_FILE = "inputs.json"
 CHECKPOINTS_DIR = "checkpoints"
+LOCK_FILE = ".simkit.lock"
 _ABSENT = object()
 # (inputs.json path, the directories its writing created, deepest first) for each fresh run started
 # in this process that created its directory: removed again by ``discard_unused_runs``
@@ -45,6 +58,16 @@ class RunDir:
         self.record = _inputs_record(command, dict(inputs or {}), dict(files or {}))
         self.started = False
         self._check()
+
+    def __enter__(self) -> RunDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End this run's hold on the directory: release the lock (and remove the lock file)."""
+        release_lock(self.path)
 
     @property
     def checkpoints(self) -> Path:
@@ -81,16 +104,31 @@ class RunDir:
     def start(self) -> RunDir:
         """Make the directory this run's (once; later calls do nothing). Fresh: remove the earlier run's
         ``checkpoints/``, write ``inputs.json`` (rank 0 only). Resume: nothing to write."""
-        if self.started or self.resume:
-            self.started = True
+        if self.started:
             return self
         from simkit.distributed import is_main_process
         from simkit.io import write_json
 
-        self.started = True
         if not is_main_process():
+            self.started = True
+            return self
+        if self.resume:
+            take_lock(self.path, self.command)
+            self.started = True
             return self
         made = [p for p in (self.path, *self.path.parents) if not p.exists()]  # deepest first
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            _remove_empty(made)
+            raise SimkitError(f"cannot create `run_dir` {self.path} ({exc.strerror}); choose another "
+                              "`run_dir`") from None
+        try:
+            take_lock(self.path, self.command)
+        except BaseException:
+            _remove_empty(made)
+            raise
+        self.started = True
         # the earlier run's checkpoints are moved aside (one rename), inputs.json written, and only then
         # removed: a start that fails puts them back, so the earlier run stays as it was
         aside = self.path / f".{CHECKPOINTS_DIR}.discarded"
@@ -104,10 +142,13 @@ class RunDir:
                                   "delete it or choose another `run_dir`") from None
         try:
             write_json(self.path / INPUTS_FILE, self.record)
-        except OSError as exc:
+        except (OSError, SimkitError) as exc:
             if aside.is_dir():
                 aside.rename(self.checkpoints)
+            release_lock(self.path)
             _remove_empty(made)
+            if isinstance(exc, SimkitError):
+                raise
             raise SimkitError(f"cannot write {self.path / INPUTS_FILE} ({exc.strerror}); choose another "
                               "`run_dir`") from None
         shutil.rmtree(aside, ignore_errors=True)
@@ -119,16 +160,10 @@ class RunDir:
 def check_run_path(path: str | Path, arg: str = "run_dir") -> None:
     """Refuse, touching nothing, a path that cannot become a directory of files: an existing file, a
     path under a file, a name longer than the file system allows. ``arg``: the argument named."""
-    import os
-
     out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise SimkitError(f"`{arg}` {out} is an existing file, not a directory; choose another `{arg}`")
-    blocked = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
-    if blocked is not None:
-        raise SimkitError(f"`{arg}` {out} lies under {blocked}, which is a file; choose another `{arg}`")
     full = out.absolute()
-    existing = next((p for p in (full, *full.parents) if p.exists()), Path(full.anchor or "/"))
+    # lengths first: asking whether a too-long name exists is itself an error (ENAMETOOLONG)
+    existing = next((p for p in (full, *full.parents) if _exists(p)), Path(full.anchor or "/"))
     try:
         name_max, path_max = os.pathconf(existing, "PC_NAME_MAX"), os.pathconf(existing, "PC_PATH_MAX")
     except (OSError, ValueError, AttributeError):
@@ -140,6 +175,19 @@ def check_run_path(path: str | Path, arg: str = "run_dir") -> None:
     if len(os.fsencode(str(full))) + 64 > path_max:  # room for the files written inside
         raise SimkitError(f"`{arg}` {str(out)[:40]}... is too long a path for the file system (at most "
                           f"{path_max} bytes with the files inside); choose a shorter `{arg}`")
+    if _exists(out) and not out.is_dir():
+        raise SimkitError(f"`{arg}` {out} is an existing file, not a directory; choose another `{arg}`")
+    blocked = next((p for p in out.parents if _exists(p) and not p.is_dir()), None)
+    if blocked is not None:
+        raise SimkitError(f"`{arg}` {out} lies under {blocked}, which is a file; choose another `{arg}`")
+
+
+def _exists(path: Path) -> bool:
+    """``path.exists()``, False where the question itself fails (a name too long, no permission)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 def _remove_empty(made: list[Path]) -> None:
@@ -219,9 +267,10 @@ def discard_unused_runs() -> None:
     while _created:
         path, made = _created.pop()
         try:
-            if [p.name for p in path.parent.iterdir()] != [INPUTS_FILE] or not path.is_file():
+            if run_dir_listing(path.parent) != [INPUTS_FILE] or not path.is_file():
                 continue
             path.unlink()
+            release_lock(path.parent)
             for folder in made:  # deepest first; rmdir never removes a directory that holds anything
                 folder.rmdir()
         except OSError:
@@ -231,6 +280,118 @@ def discard_unused_runs() -> None:
 def forget_runs() -> None:
     """End of an invocation: the directories it created are no longer candidates for removal."""
     _created.clear()
+
+
+def run_dir_listing(path: Path) -> list[str]:
+    """The names in run directory ``path``, sorted, without the lock file."""
+    return sorted(p.name for p in path.iterdir() if p.name != LOCK_FILE)
+
+
+# ------------------------------------------------------------------------------------------ the lock
+# resolved run directory → (open lock file, its holder record) for every lock this process holds
+_held: dict[str, tuple[Any, dict[str, Any]]] = {}
+
+
+def _lock_key(path: Path) -> str:
+    return os.path.realpath(path)
+
+
+def _read_holder(handle: Any) -> dict[str, Any] | None:
+    try:
+        handle.seek(0)
+        value = json.loads(handle.read() or "null")
+        return value if isinstance(value, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _describe(holder: dict[str, Any] | None) -> str:
+    if not holder:
+        return "a process that has not yet recorded itself"
+    when = holder.get("started")
+    shown = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when)) if isinstance(when, int | float) else "?"
+    command = f" (`simkit {holder['command']}`)" if holder.get("command") else ""
+    return f"process {holder.get('pid', '?')}{command} started {shown}"
+
+
+def take_lock(path: str | Path, command: str = "") -> None:
+    """Make run directory ``path`` (which exists) this process's: an exclusive ``flock`` on
+    ``path/.simkit.lock`` holding our process id and start time, kept until :func:`release_lock` or the
+    end of the process. Another live holder: a SimkitError naming it. A lock file left by a process
+    that died: taken over with a notice on stderr. A lock this process already holds is kept as it is."""
+    try:
+        import fcntl
+    except ImportError:  # no flock on this platform: no lock
+        return
+    path = Path(path)
+    key = _lock_key(path)
+    if key in _held:
+        return
+    lock = path / LOCK_FILE
+    for _ in range(50):  # a holder may remove its file between our open and our flock: then retry
+        try:
+            handle = open(lock, "a+", encoding="utf-8")  # noqa: SIM115 (held open while the run lasts)
+        except OSError as exc:
+            raise SimkitError(f"cannot create the lock file {lock} ({exc.strerror}); choose another "
+                              "`run_dir`") from None
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = _read_holder(handle)
+            handle.close()
+            raise SimkitError(f"`run_dir` {path} is in use by another run ({_describe(holder)}); wait for it "
+                              "to end, or choose another `run_dir`") from None
+        try:
+            same = os.fstat(handle.fileno()).st_ino == os.stat(lock).st_ino
+        except OSError:
+            same = False
+        if not same:
+            handle.close()
+            continue
+        old = _read_holder(handle)
+        if old and old.get("pid") is not None:
+            print(f"notice: taking over the stale lock of {path} left by {_describe(old)}, which no longer "
+                  "holds it", file=sys.stderr)
+        holder = {"pid": os.getpid(), "started": time.time(), "command": command}
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(json.dumps(holder) + "\n")
+            handle.flush()
+        except OSError as exc:
+            handle.close()
+            _unlink(lock)
+            raise SimkitError(f"cannot write the lock file {lock} ({exc.strerror}); free some space or "
+                              "choose another `run_dir`") from None
+        _held[key] = (handle, holder)
+        return
+    raise SimkitError(f"cannot lock `run_dir` {path}: its lock file keeps changing; choose another `run_dir`")
+
+
+def release_lock(path: str | Path) -> None:
+    """Release this process's lock on run directory ``path`` (if it holds one) and remove the lock file."""
+    entry = _held.pop(_lock_key(Path(path)), None)
+    if entry is None:
+        return
+    handle = entry[0]
+    _unlink(Path(path) / LOCK_FILE)  # first: whoever waits on the old file sees it gone and retries
+    handle.close()  # closing the file releases the flock
+
+
+def release_locks() -> None:
+    """Release every run-directory lock this process holds (the end of a command, or of the process)."""
+    for key in list(_held):
+        release_lock(key)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+atexit.register(release_locks)
 
 
 def _recorded_command(out: Path) -> str | None:

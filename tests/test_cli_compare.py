@@ -255,4 +255,6 @@ def test_compare_defaults_lead_with_unbiased_cka_and_a_null(tmp_path):
     findings = html[html.index('id="findings"'):html.index("</section>", html.index('id="findings"'))]
     assert findings.count("<p>") >= 2 and "unbiased_cka between " + MLP_A in findings
     assert "linear_cka in minibatch mode averages biased HSIC over batches of 64 samples" in html
-    assert "Against a permutation null (10 shuffles of B&#39;s samples)" in findings
+    for metric in ("unbiased_cka", "linear_cka"):  # one sentence per measure against its chance level
+        assert f"{metric}: " in findings and "above its 95th percentile of a 10-permutation null" in findings
+    assert "pairs beat chance" in findings and "against a chance level of" in findings

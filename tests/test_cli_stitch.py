@@ -47,7 +47,8 @@ def test_cli_writes_the_contract(run_dir):
     run = run_dir / "run"
     table = pd.read_csv(run / "stitching.csv")
     assert list(table.columns) == ["layer_a", "layer_b", "objective", "setting", "stitched_accuracy",
-                                   "b_accuracy", "penalty"]
+                                   "b_accuracy", "penalty", "seed", "a_accuracy", "penalty_min", "chosen_step"]
+    assert set(table.seed) == {1} and (table.chosen_step == 4).all()  # no validation: all --steps
     assert len(table) == 2 * 2 * 2 and set(table.setting) == {"standard", "iri"}
     data = json.loads((run / "result.json").read_text())
     assert data["kind"] == "stitch"

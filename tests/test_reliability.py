@@ -246,6 +246,26 @@ CASES = [
          "foreign.pt' is a zip archive but not a torch.save file"),
     case("compare-model-truncated-state-dict", ["compare", "file:{f}/trunc.pt", CNN, *good("compare")[3:]],
          "trunc.pt' is a truncated or corrupt torch file"),  # not "a pickled object"
+    # --- escapes found by issue #25
+    case("compare-out-name-too-long-existing-parent", good("compare"), "too long", out="{f}/" + LONG),
+    case("linearize-out-name-too-long-existing-parent", good("linearize"), "too long", out="{f}/" + LONG),
+    case("compare-model-pickle-calls-os-system", ["compare", "file:{f}/evil_system.pt", CNN, *good("compare")[3:]],
+         "evil_system.pt' holds code: unpickling it would call posix.system (os.system), so simkit will not "
+         "load it; --trust would run that code"),
+    case("layers-model-pickle-calls-eval", ["layers", "file:{f}/evil_eval.pt"],
+         "evil_eval.pt' holds code: unpickling it would call eval", out=None),
+    case("linearize-weights-pickle-calls-os-system", ["linearize", CNN, "--weights", "{f}/evil_system.pt",
+                                                   *good("linearize")[2:]], "would call posix.system"),
+    case("compare-output-index-on-a-tensor-output", good("compare", "--output-index", "5"),
+         "--output-index 5 selects inside a tuple or dict output, but this layer outputs a plain Tensor"),
+    # --- typer's own usage errors: one line too, naming the option and where the options are listed
+    case("compare-unknown-option", good("compare", "--nope"), "No such option: --nope"),
+    case("compare-n-not-a-number", good("compare", "--n", "abc"), "Invalid value for '--n' / '--num-samples'"),
+    case("compare-mode-bad-choice", good("compare", "--mode", "fast"), "'fast' is not one of 'exact', 'minibatch'"),
+    case("linearize-epochs-not-a-number", good("linearize", "--epochs", "one"), "'--epochs': expected a number"),
+    case("convert-missing-out", good("convert"), "Missing option '--out'; see `simkit convert --help`", out=None),
+    case("unknown-command", ["comapre", CNN, CNN], "No such command 'comapre'. Did you mean 'compare'", out=None),
+    case("stitch-missing-argument", ["stitch", CNN, "--data", "digits"], "Missing argument 'model_b'", out=None),
     # --- layers, napl, report (no --out)
     case("layers-binary-text-file", ["layers", LLAMA, "--data", "text:{f}/binary.txt,tokenizer=bytes"], "binary.txt",
          out=None),
@@ -259,6 +279,16 @@ CASES = [
     case("report-wrong-columns", ["report", "{f}/report_wrong_columns"], ".csv", out=None),
     case("report-missing-dir", ["report", "{f}/nowhere"], "no result.json", out=None),
 ]
+
+
+class _Calls:
+    """Pickles as a call of ``function(argument)``: what a malicious torch file does on load."""
+
+    def __init__(self, function, argument):
+        self.function, self.argument = function, argument
+
+    def __reduce__(self):
+        return self.function, (self.argument,)
 
 
 def invoke(*args):
@@ -296,6 +326,8 @@ def files(tmp_path_factory) -> Path:
     data = (f / "linear.pt").read_bytes()
     (f / "trunc.pt").write_bytes(data[: len(data) // 2])
     torch.save(torch.nn.Linear(3, 3), f / "pickled.pt")
+    torch.save({"weights": _Calls(os.system, "echo simkit-would-run-this")}, f / "evil_system.pt")
+    torch.save(_Calls(eval, "1 + 1"), f / "evil_eval.pt")
     data = (f / "pickled.pt").read_bytes()
     (f / "pickled_trunc.pt").write_bytes(data[: len(data) // 2])
     with zipfile.ZipFile(f / "foreign.pt", "w") as archive:
@@ -360,6 +392,14 @@ def out_for(c: Case, files: Path, earlier, tmp_path: Path) -> Path | None:
     return Path(c.out.format(f=files))
 
 
+def is_dir(path: Path) -> bool:
+    """``path.is_dir()``, False for a name the file system refuses to look up (too long)."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
 def one_line(output: str) -> str:
     lines = output.strip().splitlines()
     assert len(lines) == 1, output
@@ -372,7 +412,7 @@ def test_bad_input_is_refused_with_one_line(c: Case, files, earlier, tmp_path, m
     monkeypatch.setattr("simkit.grafting.experiments.run_f3", f3_stub)
     monkeypatch.chdir(files)
     out = out_for(c, files, earlier, tmp_path)
-    before = snapshot(out) if out is not None and out.is_dir() else None
+    before = snapshot(out) if out is not None and is_dir(out) else None
     files_before = snapshot(files)
     args = [a.format(f=files) for a in c.args] + (["--out", str(out)] if out is not None else [])
     result = invoke(*args)
@@ -431,13 +471,15 @@ def test_module_names_fx_cannot_print_are_traced(command, files, tmp_path, monke
 
 SUBPROCESS = ["convert-batch-size-negative", "convert-guide-random-bytes-trust", "stitch-nan-held-out",
               "linearize-out-name-too-long", "graft-n-zero", "capture-out-under-a-file",
-              "compare-binary-text-file", "report-empty-csv", "layers-random-bytes-model-trust"]
+              "compare-binary-text-file", "report-empty-csv", "layers-random-bytes-model-trust",
+              "compare-out-name-too-long-existing-parent", "layers-model-pickle-calls-eval", "compare-unknown-option",
+              "unknown-command", "convert-missing-out"]
 
 
 @pytest.mark.parametrize("c", [p for p in CASES if p.values[0].id in SUBPROCESS])
 def test_bad_input_in_a_real_process_prints_one_line(c: Case, files, earlier, tmp_path):
     out = out_for(c, files, earlier, tmp_path)
-    before = snapshot(out) if out is not None and out.is_dir() else None
+    before = snapshot(out) if out is not None and is_dir(out) else None
     args = [a.format(f=files) for a in c.args] + (["--out", str(out)] if out is not None else [])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     proc = subprocess.run([sys.executable, "-m", "simkit.cli.main", *args], cwd=files, env=env,

@@ -379,7 +379,7 @@ def test_iri_arm_trains_on_iris_only_and_models_stay_unchanged(monkeypatch, tmp_
     assert [m.training for m in b.modules()] == modes
     table = result.to_frame()
     assert list(table.columns) == ["layer_a", "layer_b", "objective", "setting", "stitched_accuracy",
-                                   "b_accuracy", "penalty"]
+                                   "b_accuracy", "penalty", "seed", "a_accuracy", "penalty_min", "chosen_step"]
     assert sorted(set(zip(table.objective, table.setting, strict=True))) == [
         ("fula", "iri"), ("fula", "standard"), ("hlm", "iri"), ("hlm", "standard")]
     np.testing.assert_allclose(table.penalty, table.b_accuracy - table.stitched_accuracy)
@@ -450,7 +450,7 @@ def test_report_renders_hand_made_result_and_escapes_names():
                                        "rel_error": [0.03], "shape": [1, 2]}}})
     frames = penalty_frames(result.tables["stitching"])
     assert list(frames) == ["standard", "iri"]
-    assert frames["iri"].loc["fula"].tolist() == [0.1, 0.4]
+    assert frames["iri"].loc["fula"].tolist() == pytest.approx([10.0, 40.0])  # points
     html = render_html(result)
     assert "<script>alert(1)</script>" not in html and "&lt;script&gt;" in html
     assert "<b>evil</b>" not in html

@@ -243,7 +243,9 @@ def test_single_run_report_leads_with_penalties_and_iri_quality():
     data = dataset(60, test=dataset(30, seed=1))
     result = run(tiny_cnn(0), tiny_cnn(1), data, iri=True, steps=2, iri_steps=40, objective="dm,fula")
     findings = context(result)["findings"]
-    assert findings[0].startswith("Mean standard stitching penalty over layers and objectives, in points:")
-    assert findings[1].startswith("Mean invariance-aware stitching penalty")
-    assert "IRIs reached their tolerance" in findings[2]
+    assert findings[0].startswith("Mean penalty_min over layers and objectives")
+    assert "standard" in findings[0] and "invariance-aware" in findings[0] and "binomial SE" in findings[0]
+    assert findings[1].startswith("Invariance-aware minus standard penalty, paired by seed")
+    assert "one seed: binomial SE" in findings[1] and "beyond noise" not in findings[1]
+    assert "IRIs reached their tolerance" in findings[2] and "median L∞" in findings[2]
     assert context(result)["cautions"] == result.summary["warnings"]

@@ -26,6 +26,7 @@ from simkit.metrics import (
     shape_metric,
     svcca,
 )
+from simkit.metrics.settings import CompareSettings
 from simkit.metrics.streaming import make_accumulator
 from simkit.metrics.streaming.common import draw_perms, perm_generator
 
@@ -76,7 +77,7 @@ def split_sizes(n, cuts):
 
 
 def build(metrics=NEW, mode="exact", **kw):
-    return make_accumulator(metrics, mode, [x.shape[1] for x in XA], [y.shape[1] for y in XB], **{**OPTS, **kw})
+    return make_accumulator(CompareSettings(metrics=metrics, mode=mode, **{"null": 0, **OPTS, **kw}), [x.shape[1] for x in XA], [y.shape[1] for y in XB])
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -153,7 +154,7 @@ def test_null_separates_related_from_independent():
     rng = np.random.default_rng(3)
     x = rng.normal(size=(80, 4))
     y = x @ rng.normal(size=(4, 4)) + 0.1 * rng.normal(size=(80, 4))
-    acc = make_accumulator(NEW, "exact", [4], [4], null=20, knn_k=5)
+    acc = make_accumulator(CompareSettings(metrics=NEW, mode="exact", null=20, knn_k=5), [4], [4])
     acc.update([torch.as_tensor(x)], [torch.as_tensor(y)])
     values = acc.compute()
     for m in NEW:
@@ -205,12 +206,12 @@ def test_float32_activations_agree_with_float64():
 def test_degenerate_cca_warns_naming_the_layer_and_ridge_avoids_it():
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(12, 3)), rng.normal(size=(12, 15))
-    acc = make_accumulator(["cca", "procrustes", "svcca"], "exact", [3], [15], names_b=["'fc' (model_b)"])
+    acc = make_accumulator(CompareSettings(metrics=["cca", "procrustes", "svcca"], mode="exact", null=0), [3], [15], names_b=["'fc' (model_b)"])
     acc.update([torch.as_tensor(x)], [torch.as_tensor(y)])
     with pytest.warns(RuntimeWarning, match=r"cca is undefined for layer 'fc' \(model_b\): it has 15 features"):
         values = acc.compute()
     assert math.isnan(values["cca"]["value"][0, 0]) and not math.isnan(values["procrustes"]["value"][0, 0])
-    acc = make_accumulator(["cca"], "exact", [3], [15], cca_eps=0.1)
+    acc = make_accumulator(CompareSettings(metrics=["cca"], mode="exact", cca_eps=0.1, null=0), [3], [15])
     acc.update([torch.as_tensor(x)], [torch.as_tensor(y)])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -220,7 +221,7 @@ def test_degenerate_cca_warns_naming_the_layer_and_ridge_avoids_it():
 @pytest.mark.parametrize("metrics", [["cca", "procrustes"], ["ridge_r2"], ["rsa", "jaccard_knn"]])
 def test_constant_layer_is_nan_with_a_warning_naming_it(metrics):
     x = np.random.default_rng(0).normal(size=(20, 3))
-    acc = make_accumulator(metrics, "exact", [3, 2], [3], names_a=["good", "flat"], ridge_folds=2, knn_k=3)
+    acc = make_accumulator(CompareSettings(metrics=metrics, mode="exact", ridge_folds=2, knn_k=3, null=0), [3, 2], [3], names_a=["good", "flat"])
     acc.update([torch.as_tensor(x), torch.ones(20, 2, dtype=torch.float64)], [torch.as_tensor(x)])
     with pytest.warns(RuntimeWarning, match="constant layer.*flat"):
         values = acc.compute()
@@ -229,7 +230,7 @@ def test_constant_layer_is_nan_with_a_warning_naming_it(metrics):
 
 
 def test_rsa_refuses_an_n_above_its_stated_limit():
-    acc = make_accumulator(["rsa"], "exact", [3], [3], memory_budget_bytes=100_000)
+    acc = make_accumulator(CompareSettings(metrics=["rsa"], mode="exact", memory_budget_bytes=100_000, null=0), [3], [3])
     x = torch.randn(100, 3, dtype=torch.float64)
     acc.update([x], [x])
     limit = acc.describe()["rsa"]["max_n"]
@@ -276,8 +277,7 @@ def test_engine_compare_passes_the_settings_and_the_global_folds():
 @pytest.mark.parametrize("null", [0, 2])
 def test_self_similarity_on_the_diagonal(null):
     xs = [XA[1], XA[2], XB[1]]
-    acc = make_accumulator(NEW, "exact", [x.shape[1] for x in xs], [x.shape[1] for x in xs], null=null,
-                           ridge_lambda=0.0, knn_k=4, rsa_distance="euclidean")
+    acc = make_accumulator(CompareSettings(metrics=NEW, mode="exact", null=null, ridge_lambda=0.0, knn_k=4, rsa_distance="euclidean"), [x.shape[1] for x in xs], [x.shape[1] for x in xs])
     feed(acc, xs, xs, [20, 11])
     values = acc.compute()
     for m in NEW:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import warnings
 import zipfile
 from collections.abc import Iterator
@@ -41,7 +42,8 @@ def load_model(spec: str, *, seed: int = 0, trust: bool = False, weights: str | 
     """The module named by ``spec``, in eval mode on the CPU (see the module docstring).
 
     Random initialisation is seeded by ``seed`` without disturbing the global torch generator. The
-    module remembers ``spec`` as ``model.simkit_spec`` (what ``simkit.compare`` names it by default).
+    module remembers ``spec`` as ``model.simkit_spec`` (what ``simkit.compare`` names it by default), the
+    seed as ``model.simkit_seed`` and where its weights came from as ``model.simkit_weights``.
     """
     if not isinstance(spec, str) or ":" not in spec:
         raise SimkitError(f"model spec {spec!r} has no kind; valid kinds: {', '.join(KINDS)}")
@@ -58,15 +60,19 @@ def load_model(spec: str, *, seed: int = 0, trust: bool = False, weights: str | 
         raise SimkitError(f"model spec {spec!r} gave a {type(model).__name__}, not a torch nn.Module")
     if weights is not None:
         load_weights(model, weights, spec)
+    provenance = {"simkit_spec": spec, "simkit_seed": seed,
+                  "simkit_weights": str(weights) if weights is not None else _weights_of(kind)}
     with contextlib.suppress(AttributeError, RuntimeError):  # a TorchScript module may refuse new attributes
-        object.__setattr__(model, "simkit_spec", spec)  # a plain attribute, not a submodule or buffer
+        for name, value in provenance.items():
+            object.__setattr__(model, name, value)  # plain attributes, not submodules or buffers
     return model.eval()
 
 
-def model_spec(model: Any) -> str | None:
-    """The spec ``model`` was loaded from by :func:`load_model` (None when unknown)."""
-    spec = getattr(model, "simkit_spec", None)
-    return spec if isinstance(spec, str) else None
+def _weights_of(kind: str) -> str:
+    """Where a model's weights come from when no ``weights`` file is given: its own files for ``file:``,
+    ``hf:`` and ``python:`` (whatever the callable builds), else random initialisation."""
+    return {"file": "the model file", "hf": "pretrained (the hf: directory)",
+            "python": "as the callable builds it"}.get(kind, "random init")
 
 
 def local_paths(spec: str) -> list[Path]:
@@ -163,6 +169,17 @@ def _python(*, spec, rest, seed, trust, num_classes) -> nn.Module:
     kwargs = parse_kwargs(options, spec)
     if num_classes is not None:
         kwargs["num_classes"] = num_classes
+    import inspect
+
+    try:
+        inspect.signature(factory).bind(**kwargs)  # the call fits: else one line, not a TypeError inside
+    except ValueError:  # no signature to read (some builtins): call it and see
+        pass
+    except TypeError as exc:
+        given = ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) or "no arguments"
+        raise SimkitError(f"model spec {spec!r}: {module_name}:{attr} cannot be called with {given} ({exc}); "
+                          "name a callable that builds an nn.Module from keyword options "
+                          "(python:pkg.mod:fn:key=value,...)") from None
     return factory(**kwargs)
 
 
@@ -314,8 +331,10 @@ def read_state_dict(path: Path, spec: str) -> dict[str, torch.Tensor]:
                               f"({str(exc).strip()[:160]}); write it with simkit.models.save_model") from None
     state, needs_code = _load_weights_only(path, spec)
     if needs_code:
+        if getattr(needs_code, "calls_code", False):
+            raise _holds_code(spec, path, needs_code)
         raise SimkitError(f"model spec {spec!r}: {str(path)!r} is not a plain state dict (it needs "
-                          "unpickling); save model.state_dict() or use save_model")
+                          f"unpickling {needs_code}); save model.state_dict() or use save_model")
     if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
         state = state["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
@@ -358,17 +377,58 @@ def _sniff_torch_file(path: Path, spec: str) -> None:
                       "simkit.models.save_model")
 
 
-def _load_weights_only(path: Path, spec: str) -> tuple[Any, bool]:
-    """``(object, False)`` from ``torch.load(weights_only=True)``, or ``(None, True)`` when the file is
-    a valid torch file that needs unpickling code; a corrupt file is a one-line SimkitError."""
+# the global a weights-only unpickling refused: "Unsupported global: GLOBAL torch.nn...Linear was not an
+# allowed global" (a class or function outside the allow-list) or "unsupported GLOBAL posix.system whose
+# module posix is blocked" (a module torch never lets a weights-only load touch)
+_REFUSED_GLOBAL = re.compile(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)( whose module [\w.]+ is blocked)?")
+# modules whose functions run commands, code or I/O when a pickle calls them
+_CODE_MODULES = ("os", "posix", "nt", "subprocess", "sys", "shutil", "socket", "builtins", "runpy", "importlib",
+                 "pty", "commands", "webbrowser", "ctypes", "pickle", "marshal", "code", "codeop", "operator")
+_CODE_BUILTINS = ("eval", "exec", "compile", "__import__", "getattr", "setattr", "open", "input", "breakpoint")
+
+
+class _NeedsCode(str):
+    """What ``_load_weights_only`` returns for a file that needs unpickling code: the global it names
+    (truthy); ``calls_code``: that global is a function that runs commands or code (``os.system``)."""
+
+    calls_code: bool = False
+
+
+def _refused_global(message: str) -> _NeedsCode | None:
+    found = _REFUSED_GLOBAL.search(message)
+    if found is None:
+        return None
+    name = _NeedsCode(found.group(1))
+    module = name.rpartition(".")[0]
+    name.calls_code = bool(found.group(2)) or module.split(".")[0] in _CODE_MODULES or name in _CODE_BUILTINS
+    return name
+
+
+def _load_weights_only(path: Path, spec: str) -> tuple[Any, Any]:
+    """``(object, "")`` from ``torch.load(weights_only=True)``, or ``(None, needs)`` when the file is a
+    valid torch file that needs unpickling code (``needs``: a truthy :class:`_NeedsCode`, the global it
+    names); a corrupt file is a one-line SimkitError, and so is a file whose pickle would call a function
+    that runs commands or code (``os.system``, ``eval``) when ``trust`` is off."""
     _sniff_torch_file(path, spec)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True), False
+        return torch.load(path, map_location="cpu", weights_only=True), ""
     except Exception as exc:
-        if "Unsupported global" in str(exc) or "Unsupported operand" in str(exc):
-            return None, True
+        refused = _refused_global(str(exc))
+        if refused is not None:
+            return None, refused
+        if "Unsupported operand" in str(exc):
+            return None, _NeedsCode("an unsupported pickle operation")
         raise SimkitError(f"model spec {spec!r}: {str(path)!r} is a corrupt or truncated torch file "
                           f"({_first_line(exc)}); save or copy it again") from None
+
+
+def _holds_code(spec: str, path: Path, name: str) -> SimkitError:
+    module, _, function = name.rpartition(".")
+    if module in ("posix", "nt"):  # how os names its functions inside a pickle
+        name = f"{name} (os.{function})"
+    return SimkitError(f"model spec {spec!r}: {str(path)!r} holds code: unpickling it would call {name}, so "
+                       "simkit will not load it; `trust` would run that code (only for a file you made "
+                       "yourself), and a model saved with simkit.models.save_model needs none")
 
 
 def load_weights(model: nn.Module, weights: str | Path, spec: str) -> None:
@@ -415,10 +475,12 @@ def _file(*, spec, rest, seed, trust, num_classes) -> nn.Module:
         return _with_state(arch, path, spec, seed, num_classes)
     obj, needs_code = _load_weights_only(path, spec)
     if needs_code:
+        if not trust and getattr(needs_code, "calls_code", False):
+            raise _holds_code(spec, path, needs_code)
         if not trust:
             raise SimkitError(f"model spec {spec!r}: {str(path)!r} is a pickled object and loading it "
                               "executes code from the file; pass `trust` if you trust it, "
-                              "or save with simkit.models.save_model")
+                              f"or save with simkit.models.save_model (it names {needs_code})")
         try:
             obj = torch.load(path, map_location="cpu", weights_only=False)
         except Exception as exc:  # the file's own code, or a class it names that is not importable here

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simkit.catalog import MEASURES, colour_bounds
-from simkit.report.figures import heatmap_svg, html_table, line_plot
+from simkit.catalog import LARGE_EFFECT, MEASURES, TESTED_NULL, beats_chance_rule, colour_bounds, range_width
+from simkit.report.figures import ChanceMarks, heatmap_svg, html_table, line_plot
 
 
 def _is_distance(metric: str) -> bool:
@@ -150,6 +150,34 @@ def _f(value: float) -> str:
     return "n/a" if value != value else f"{value:.3f}"
 
 
+def _peak_chance(info: dict[str, Any] | None, i: int, j: int) -> str:
+    """", beats chance" or ", not beyond chance (chance level c)" for the named peak pair; "" unknown."""
+    if info is None or not np.isfinite(info["chance"][i, j]):
+        return ""
+    if info["beats"][i, j]:
+        return ", beats chance"
+    return f", not beyond chance: its chance level is {_f(float(info['chance'][i, j]))}"
+
+
+def chance_table(result, metric: str, skip_diagonal: bool = False) -> dict[str, Any] | None:
+    """The chance level, beats-chance flags (L_a, L_b) and the rule of ``metric`` from the similarity
+    table; None for a result without chance levels."""
+    table = result.tables["similarity"]
+    if "chance" not in table.columns or table.loc[table["metric"] == metric, "chance"].isna().all():
+        return None
+    chance = result.matrix(metric, "chance").to_numpy(dtype=float, na_value=np.nan)
+    beats = result.matrix(metric, "beats_chance").to_numpy(dtype=float, na_value=0.0).astype(bool)
+    null = result.meta.get("settings", {}).get("null")
+    draws = int(null.get(metric, 0) if isinstance(null, dict) else null or 0)
+    info: dict[str, Any] = {"chance": chance, "beats": beats, "rule": beats_chance_rule(metric, draws)}
+    diagonal = np.eye(*chance.shape) > 0 if skip_diagonal else np.zeros(chance.shape, dtype=bool)
+    if draws >= TESTED_NULL:
+        keep = np.isfinite(chance) & np.logical_not(diagonal)
+        info["false_positives"] = float(keep.sum()) / (draws + 1)
+    info["skip"] = diagonal
+    return info
+
+
 def depth_diagonal(frame: pd.DataFrame) -> tuple[float, float]:
     """Mean of the cells at matching relative depth (row i ↔ column round(i·(C−1)/(R−1))) and of all others."""
     values = frame.to_numpy(dtype=float, na_value=np.nan)
@@ -163,8 +191,10 @@ def depth_diagonal(frame: pd.DataFrame) -> tuple[float, float]:
 
 
 def findings(summary: dict[str, Any], matrices: dict[str, pd.DataFrame], band: list[dict],
-             reductions: str) -> list[str]:
-    """Two or three sentences: the lead metric's level and where it peaks, the depth diagonal, the null."""
+             reductions: str, chance_tables: dict[str, dict[str, Any]] | None = None) -> list[str]:
+    """The lead metric's level and where it peaks (and whether that pair beats chance), the depth
+    diagonal, then one sentence per measure against its chance level (or the null band of an older
+    result without chance levels)."""
     if not matrices:
         return []
     metric = lead_metric(list(matrices))
@@ -179,10 +209,14 @@ def findings(summary: dict[str, Any], matrices: dict[str, pd.DataFrame], band: l
            f"{summary.get('data', 'the data')} (n = {summary.get('n', '?')}, {summary.get('mode', '?')} mode"
            f"{', ' + reductions if reductions else ''}) averages {_f(float(np.nanmean(values)))} over "
            f"{values.shape[0]} × {values.shape[1]} layer pairs, from {_f(float(np.nanmin(values)))} to "
-           f"{_f(float(np.nanmax(values)))}; {word}: {frame.index[i]} × {frame.columns[j]} ({_f(values[i, j])})."]
+           f"{_f(float(np.nanmax(values)))}; {word}: {frame.index[i]} × {frame.columns[j]} ({_f(values[i, j])}"
+           f"{_peak_chance((chance_tables or {}).get(metric), int(i), int(j))})."]
     if min(values.shape) > 1:
         on, off = depth_diagonal(frame)
         out.append(f"At matching relative depth (the diagonal) the mean is {_f(on)}, elsewhere {_f(off)}.")
+    chance = chance_sentences(matrices, chance_tables or {})
+    if chance:
+        return out + chance
     row = next((r for r in band if r["metric"] == metric), None)
     if row is not None and row["above"] is not None:
         k = summary.get("null") or ""
@@ -195,8 +229,38 @@ def findings(summary: dict[str, Any], matrices: dict[str, pd.DataFrame], band: l
     return out
 
 
+def chance_sentences(matrices: dict[str, pd.DataFrame], tables: dict[str, dict[str, Any]]) -> list[str]:
+    """One sentence per measure against its chance level: how many pairs beat chance (the rule stated),
+    how many of those by a large margin, and the mean value beside the mean chance level. Self-pairs of a
+    study are not counted (``tables[metric]["skip"]``)."""
+    out = []
+    for metric, frame in matrices.items():
+        info = tables.get(metric)
+        if info is None:
+            continue
+        values = frame.to_numpy(dtype=float, na_value=np.nan)
+        keep = np.isfinite(values) & np.isfinite(info["chance"]) & np.logical_not(info["skip"])
+        if not keep.any():
+            continue
+        beats = info["beats"][keep].astype(bool)
+        gap = (values - info["chance"])[keep] * (1 if MEASURES[metric].similarity else -1)
+        large = int(np.sum(beats & (gap >= LARGE_EFFECT * range_width(metric))))
+        mean_v, mean_c = float(np.mean(values[keep])), float(np.mean(info["chance"][keep]))
+        count, total = int(beats.sum()), int(keep.sum())
+        text = (f"{metric}: {count} of {total} pairs beat chance ({info['rule']}), {large} of them by a large "
+                f"margin (at least {LARGE_EFFECT:.0%} of the range beyond chance); mean {_f(mean_v)} against a "
+                f"chance level of {_f(mean_c)}.")
+        expected = info.get("false_positives")
+        if count == 0:
+            text += " No evidence of similarity beyond what unrelated samples give."
+        elif expected is not None and count <= expected:
+            text += f" That is no more than the about {expected:.1f} pairs chance alone lets through."
+        out.append(text)
+    return out
+
+
 def cautions(summary: dict[str, Any], meta: dict[str, Any], matrices: dict[str, pd.DataFrame],
-             band: list[dict], table: pd.DataFrame) -> list[str]:
+             band: list[dict], table: pd.DataFrame, chances: dict[str, dict[str, Any]] | None = None) -> list[str]:
     """What to distrust: biased CKA at a small batch, values that are mostly bias or within the null band,
     no null at all, undefined values, flattened token sequences."""
     out: list[str] = []
@@ -220,11 +284,13 @@ def cautions(summary: dict[str, Any], meta: dict[str, Any], matrices: dict[str, 
                 and row["null_mean"] > 0.5 * mean:
             out.append(f"{metric}: the null mean ({_f(row['null_mean'])}) is more than half the mean value "
                        f"({_f(mean)}): most of each value is what unrelated samples would give.")
+        if chances and metric in chances:
+            continue  # the findings give each measure's count against its chance level
         if row is not None and row["above"] is not None and row["above"] < row["pairs"]:
             within.append(f"{row['pairs'] - row['above']} of {row['pairs']} {metric} pairs are not above their "
                           "null's 95th percentile (dotted in the heatmap): no evidence of similarity there.")
     out += within  # after every bias note: the bias is the larger error
-    if not band:
+    if not band and not chances:
         out.append("No permutation null was run, so nothing here is checked against chance: rerun with "
                    "--null 10 (the library's null=10).")
     missing = int(table["value"].isna().sum())
@@ -238,6 +304,17 @@ def cautions(summary: dict[str, Any], meta: dict[str, Any], matrices: dict[str, 
     if isinstance(summary.get("n"), int) and summary["n"] < 100:
         out.append(f"Only n = {summary['n']} samples: every estimate here is noisy.")
     return out
+
+
+def chance_marks(result, metric: str, info: dict[str, Any] | None) -> ChanceMarks | None:
+    """The heatmap's chance marks of ``metric`` (and its interval on hover, when one was computed)."""
+    if info is None:
+        return None
+    table = result.tables["similarity"]
+    ci = "ci_low" in table.columns and not table.loc[table["metric"] == metric, "ci_low"].isna().all()
+    low = result.matrix(metric, "ci_low").to_numpy(dtype=float, na_value=np.nan) if ci else None
+    high = result.matrix(metric, "ci_high").to_numpy(dtype=float, na_value=np.nan) if ci else None
+    return ChanceMarks(info["chance"], info["beats"], info["rule"], low, high)
 
 
 def reductions_text(layers: pd.DataFrame | None) -> str:
@@ -254,29 +331,35 @@ def context(result) -> dict[str, Any]:
     table = result.tables["similarity"]
     metrics = list(summary.get("metrics") or pd.unique(table["metric"]))
     model_a, model_b = summary.get("model_a", "A"), summary.get("model_b", "B")
-    matrices, nulls, null_means, heatmaps = {}, {}, {}, []
+    matrices, nulls, null_means, heatmaps, chances = {}, {}, {}, [], {}
     for metric in metrics:
         frame = result.matrix(metric)
         matrices[metric] = frame
         null = nulls[metric] = null_matrix(result, metric, "null_p95")
         null_means[metric] = null_matrix(result, metric, "null_mean")
+        info = chance_table(result, metric)
+        if info is not None:
+            chances[metric] = info
         if _is_distance(metric):  # a distance is significant below its null, not above p95
             null = None
         vmin, vmax = colour_range(metric, frame.to_numpy(dtype=float, na_value=np.nan))
         heatmaps.append({
             "metric": metric,
             "svg": heatmap_svg(frame, title=metric, vmin=vmin, vmax=vmax, null=null,
+                               chance=chance_marks(result, metric, info),
                                xlabel=f"B: {model_b}", ylabel=f"A: {model_a}"),
         })
     best = best_matches(matrices, nulls) if matrices else []
     has_null = any(v is not None for v in nulls.values())
     layers = result.tables.get("layers")
-    value_columns = [c for c in ("value", "null_mean", "null_p95") if c in table.columns]
+    value_columns = [c for c in ("value", "chance", "null_mean", "null_p95", "ci_low", "ci_high")
+                     if c in table.columns]
+    shown_columns = value_columns + (["beats_chance"] if "beats_chance" in table.columns else [])
     band = null_band(table, metrics)
     shown = {**summary, "null": result.meta.get("settings", {}).get("null")}
     return {
-        "findings": findings(shown, matrices, band, reductions_text(layers)),
-        "cautions": cautions(summary, result.meta, matrices, band, table),
+        "findings": findings(shown, matrices, band, reductions_text(layers), chances),
+        "cautions": cautions(summary, result.meta, matrices, band, table, chances),
         "summary_rows": summary_rows(summary, _SUMMARY_LABELS),
         "model_a": model_a,
         "model_b": model_b,
@@ -288,7 +371,7 @@ def context(result) -> dict[str, Any]:
         "has_null": has_null,
         "null_band": band,
         "layers": html_table(layers, numeric=["dim"], css_class="layers") if layers is not None else None,
-        "values": html_table(table[["layer_a", "layer_b", "metric", *value_columns]], numeric=value_columns,
+        "values": html_table(table[["layer_a", "layer_b", "metric", *shown_columns]], numeric=value_columns,
                              css_class="values"),
         "n_values": len(table),
     }

@@ -280,6 +280,18 @@ def _text_px(text: str) -> float:
 
 
 @dataclass(frozen=True)
+class ChanceMarks:
+    """Each cell's chance level and whether it beats it (R, C), the rule in words, and an optional
+    interval (R, C) each, shown on hover: cells that do not beat chance get a dot."""
+
+    chance: np.ndarray
+    beats: np.ndarray
+    rule: str
+    low: np.ndarray | None = None
+    high: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
 class _HeatmapData:
     """What a heatmap shows: values (R, C), full and shortened labels, null thresholds (R, C) or None,
     the colour range [lo, hi] and the SVG's unique id."""
@@ -293,6 +305,7 @@ class _HeatmapData:
     xlabel: str
     ylabel: str
     thresholds: np.ndarray | None
+    chance: ChanceMarks | None
     lo: float
     hi: float
     cmap: str
@@ -330,7 +343,7 @@ def _e(text) -> str:
 
 
 def _heatmap_data(frame, title: str, vmin, vmax, cmap: str, fmt: str, null, xlabel: str | None,
-                  ylabel: str | None, max_label_chars: int) -> _HeatmapData:
+                  ylabel: str | None, max_label_chars: int, chance: ChanceMarks | None = None) -> _HeatmapData:
     """The values, labels, thresholds and colour range of ``heatmap_svg``'s arguments."""
     values = frame.to_numpy(dtype=float, na_value=np.nan)
     rows = [str(v) for v in frame.index]
@@ -346,7 +359,7 @@ def _heatmap_data(frame, title: str, vmin, vmax, cmap: str, fmt: str, null, xlab
         short_rows=[shorten(r, max_label_chars) for r in rows], short_cols=[shorten(c, max_label_chars) for c in cols],
         xlabel=str(frame.columns.name or "") if xlabel is None else xlabel,
         ylabel=str(frame.index.name or "") if ylabel is None else ylabel,
-        thresholds=thresholds, lo=lo, hi=hi, cmap=cmap, fmt=fmt, uid=f"hm{digest}")
+        thresholds=thresholds, chance=chance, lo=lo, hi=hi, cmap=cmap, fmt=fmt, uid=f"hm{digest}")
 
 
 def _heatmap_layout(hm: _HeatmapData) -> _HeatmapLayout:
@@ -411,7 +424,9 @@ def _cell(hm: _HeatmapData, cell: float, i: int, j: int, rgb: np.ndarray, fill: 
     fill = fill if finite else f"url(#{hm.uid}-nan)"
     tip = f"{hm.rows[i]} × {hm.cols[j]}: {format(v, hm.fmt) if finite else 'NaN (undefined)'}"
     below_null = False
-    if hm.thresholds is not None and finite and math.isfinite(hm.thresholds[i, j]):
+    if hm.chance is not None and finite:
+        below_null, tip = _chance_tip(hm, i, j, tip)
+    elif hm.thresholds is not None and finite and math.isfinite(hm.thresholds[i, j]):
         below_null = v <= hm.thresholds[i, j]
         tip += f" (null p95 {format(hm.thresholds[i, j], hm.fmt)}{': not above null' if below_null else ''})"
     cls = "c" if finite else "c nan"
@@ -425,6 +440,20 @@ def _cell(hm: _HeatmapData, cell: float, i: int, j: int, rgb: np.ndarray, fill: 
         markup += (f'<text x="{x + cell / 2:.1f}" y="{y + cell / 2 + 3.5:.1f}" text-anchor="middle" '
                    f'font-size="9" fill="{_ink(rgb)}" pointer-events="none">{_e(format(v, hm.fmt))}</text>')
     return markup
+
+
+def _chance_tip(hm: _HeatmapData, i: int, j: int, tip: str) -> tuple[bool, str]:
+    """Whether cell (i, j) gets a dot (it does not beat chance), and its tooltip with the interval and
+    the chance level."""
+    marks = hm.chance
+    assert marks is not None
+    if marks.low is not None and marks.high is not None and math.isfinite(marks.low[i, j]):
+        tip += f" [{format(marks.low[i, j], hm.fmt)}, {format(marks.high[i, j], hm.fmt)}]"
+    level = marks.chance[i, j]
+    if not math.isfinite(level):
+        return False, tip + " (no chance level)"
+    beats = bool(marks.beats[i, j])
+    return not beats, tip + f" (chance {format(level, hm.fmt)}: {'beats chance' if beats else 'not beyond chance'})"
 
 
 def _cells(hm: _HeatmapData, lay: _HeatmapLayout) -> list[str]:
@@ -485,7 +514,12 @@ def _legend(hm: _HeatmapData) -> str:
     legend = []
     if np.isnan(hm.values).any():
         legend.append("hatched grey: undefined (NaN)")
-    if hm.thresholds is not None:
+    if hm.chance is not None:
+        known = np.isfinite(hm.values) & np.isfinite(hm.chance.chance)
+        marked = int(np.sum(known & ~hm.chance.beats.astype(bool)))
+        legend.append(f"dot: not beyond chance, i.e. not {hm.chance.rule} ({marked} of {hm.values.size} cells)"
+                      if marked else f"every value beats chance ({hm.chance.rule})")
+    elif hm.thresholds is not None:
         marked = int(np.sum(hm.values <= hm.thresholds))  # NaN compares False on either side
         legend.append(f"dot: value not above the permutation null's 95th percentile ({marked} of {hm.values.size} cells)"
                       if marked else "every value is above the permutation null's 95th percentile")
@@ -504,6 +538,7 @@ def heatmap_svg(
     xlabel: str | None = None,
     ylabel: str | None = None,
     max_label_chars: int = _MAX_LABEL_CHARS,
+    chance: ChanceMarks | None = None,
 ) -> Markup:
     """An inline SVG heatmap of ``frame`` (rows = ``frame.index``, columns = ``frame.columns``); the colour
     bar has round ticks (:func:`nice_ticks`).
@@ -512,11 +547,13 @@ def heatmap_svg(
     vmin, vmax: colour range (default: the finite data's min and max).
     null: optional (R, C) DataFrame (same index/columns, reindexed if needed) of null thresholds, e.g.
         a permutation null's 95th percentile; cells whose value is not above it get a dot.
+    chance: optional :class:`ChanceMarks` instead of ``null``: cells that do not beat their chance level
+        get a dot, and the tooltip shows the chance level (and the interval, when given).
     xlabel, ylabel: axis titles (default: ``frame.columns.name`` and ``frame.index.name``).
     Labels longer than ``max_label_chars`` are shortened in the middle; the full name is in a
     ``<title>``. Each cell's tooltip reads "row × column: value". Returns markup safe to embed.
     """
-    hm = _heatmap_data(frame, title, vmin, vmax, cmap, fmt, null, xlabel, ylabel, max_label_chars)
+    hm = _heatmap_data(frame, title, vmin, vmax, cmap, fmt, null, xlabel, ylabel, max_label_chars, chance)
     lay = _heatmap_layout(hm)
     out = _svg_head(hm, lay) + _cells(hm, lay) + _axis_labels(hm, lay) + _colour_bar(hm, lay)
     return Markup(f'<div class="heatmap">{"".join(out)}{_legend(hm)}</div>')

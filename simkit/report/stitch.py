@@ -1,7 +1,14 @@
 """Report context of a stitch run: findings and cautions first, then standard vs invariance-aware
 penalties side by side per layer and objective (a figure), penalty heatmaps (objective × layer pair)
-per setting, penalties over depth, the mean ± spread table, IRI quality (relative-error histograms,
-IRIs beside their originals) and the run's settings.
+per setting, penalties over depth, the mean table with 95 % t intervals over seeds, the paired
+IRI − standard differences, IRI quality (relative-error histograms, distances from their seeds, B's
+labels on them, IRIs beside their originals) and the run's settings.
+
+One unit throughout: accuracies and penalties are in points (percent of the evaluation set) in the
+figures, heatmaps, tables and findings. Every difference quoted comes with its 95 % t interval over
+seeds (the runner's ``stitching_mean``, ``iri_differences`` tables and summary intervals, from
+:mod:`simkit.stats`) or, with one seed, a binomial standard error on the evaluation samples; a finding
+says "beyond noise" only where the interval excludes 0.
 
 A ``stitching`` table may carry a ``models`` column (which model pair, e.g. ``A→S``) and a ``seed``
 column, as an example's combined result does: rows are then averaged over seeds (spread = standard
@@ -12,12 +19,14 @@ means over seeds and layout.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from simkit.report.figures import heatmap_svg, img, line_plot, new_figure
+from simkit.stats import Interval, binomial_se
 
 
 def _pair_label(row) -> str:
@@ -29,14 +38,15 @@ def _pair_order(table: pd.DataFrame) -> list[str]:
 
 
 def penalty_frames(table: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """setting → DataFrame (objective × layer pair) of penalties, pairs in run order."""
+    """setting → DataFrame (objective × layer pair) of penalties in points (mean over seeds), pairs in
+    run order."""
     if not len(table):
         return {}
     table = table.assign(pair=table.apply(_pair_label, axis=1))
     order = _pair_order(table)
     frames = {}
     for setting, part in table.groupby("setting", sort=False):
-        frame = part.pivot_table(index="objective", columns="pair", values="penalty", aggfunc="mean")
+        frame = 100 * part.pivot_table(index="objective", columns="pair", values="penalty", aggfunc="mean")
         objectives = list(dict.fromkeys(part.objective))
         frame = frame.reindex(index=objectives, columns=[p for p in order if p in frame.columns])
         frame.index.name, frame.columns.name = "objective", "layer of A → layer of B"
@@ -48,11 +58,11 @@ def _heatmaps(frames: dict[str, pd.DataFrame]) -> list[dict[str, Any]]:
     values = [f.to_numpy(dtype=float) for f in frames.values()]
     finite = np.concatenate([v[np.isfinite(v)] for v in values]) if values else np.array([])
     lo = float(min(0.0, finite.min())) if finite.size else 0.0
-    # penalties are accuracy differences: the colour range spans at least one point, so all-zero tables
-    # get readable ticks
-    hi = float(max(finite.max(), lo + 0.01)) if finite.size else 1.0
+    # penalties are in points: the colour range spans at least one point, so all-zero tables get
+    # readable ticks
+    hi = float(max(finite.max(), lo + 1.0)) if finite.size else 100.0
     return [{"setting": setting,
-             "svg": heatmap_svg(frame, title=f"Stitching penalty, {setting} stitching", vmin=lo, vmax=hi,
+             "svg": heatmap_svg(frame, title=f"Stitching penalty, {setting} stitching (points)", vmin=lo, vmax=hi,
                                 cmap="magma_r")}
             for setting, frame in frames.items()]
 
@@ -64,10 +74,10 @@ def _depth_plot(table: pd.DataFrame):
     table = table.assign(pair=table.apply(_pair_label, axis=1))
     series = {}
     for (objective, setting), part in table.groupby(["objective", "setting"], sort=False):
-        values = part.groupby("pair").penalty.mean().reindex(order)
+        values = 100 * part.groupby("pair").penalty.mean().reindex(order)
         series[f"{objective} ({setting})"] = values.tolist()
     return line_plot(order, series, title="Stitching penalty over depth", xlabel="layer pair (A → B)",
-                     ylabel="penalty (B acc − stitched acc)")
+                     ylabel="penalty, points (B acc − stitched acc)")
 
 
 SEPARATION = 0.10  # an invariance-aware penalty this much above the reference pair's (and beyond 2 spreads)
@@ -128,8 +138,8 @@ def arms_figure(agg: pd.DataFrame):
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(labels), 4),
                fontsize=7, frameon=False)
-    fig.suptitle("Standard vs invariance-aware stitching penalty per layer and objective "
-                 "(B's accuracy − stitched accuracy)", fontsize=9)
+    fig.suptitle("Standard vs invariance-aware stitching penalty per layer and objective, in points "
+                 "(B's accuracy − stitched accuracy; error bars: one standard deviation over seeds)", fontsize=9)
     return img(fig, "standard and invariance-aware penalties side by side per layer and objective")
 
 
@@ -155,9 +165,84 @@ def separation(agg: pd.DataFrame) -> tuple[str, dict[str, list[str]]] | None:
     return reference, separated
 
 
-def findings(summary: dict[str, Any], agg: pd.DataFrame) -> list[str]:
-    """Two or three sentences from the summary and the mean table: the penalties of both arms, which
-    model pairs the invariance-aware arm separates (several pairs) and the IRI quality."""
+def _points(value: float) -> str:
+    return f"{100 * value:.1f}"
+
+
+def _interval_text(interval: dict[str, Any]) -> str:
+    """``+1.2 points (95 % CI −0.3 to +2.7, 3 seeds)`` from an :meth:`Interval.as_dict` in fractions."""
+    scaled = Interval(**{k: (100 * v if k in ("mean", "std", "low", "high") else v)
+                         for k, v in interval.items() if k in ("mean", "std", "low", "high", "n", "confidence")})
+    return scaled.text(1, " points")
+
+
+def _se_points(accuracies: list[float], n_test: int | None) -> float:
+    """√(Σ SE²) in points of the binomial standard errors of ``accuracies`` on ``n_test`` samples."""
+    if not n_test:
+        return math.nan
+    return 100 * math.sqrt(sum(binomial_se(a, int(n_test)) ** 2 for a in accuracies))
+
+
+def _level_sentence(summary: dict[str, Any], table: pd.DataFrame, n_test: int | None) -> str | None:
+    """Mean penalty_min (and penalty) per arm over layers and objectives, with its interval over seeds
+    or, with one seed, the binomial SE of the stitched accuracy."""
+    levels = summary.get("penalty_over_seeds") or {}
+    parts = []
+    for setting, name in (("standard", "standard"), ("iri", "invariance-aware")):
+        if setting not in levels:
+            continue
+        low_floor, plain = levels[setting]["penalty_min"], levels[setting]["penalty"]
+        if low_floor["n"] >= 2:
+            parts.append(f"{name} {_interval_text(low_floor)} (penalty {_points(plain['mean'])})")
+        else:
+            acc = float(table[table.setting == setting].stitched_accuracy.mean())
+            parts.append(f"{name} {_points(low_floor['mean'])} ± {_se_points([acc], n_test):.1f} points "
+                         f"(binomial SE; penalty {_points(plain['mean'])})")
+    if not parts:
+        return None
+    return ("Mean penalty_min over layers and objectives (the lower of A's and B's accuracy minus the "
+            "stitched accuracy, so a perfect stitch from a weaker front does not pay A's gap): "
+            + "; ".join(parts) + ".")
+
+
+def _difference_sentence(summary: dict[str, Any], table: pd.DataFrame, n_test: int | None) -> str | None:
+    """IRI − standard penalty per objective, paired by seed, with its interval (one seed: binomial SE);
+    "beyond noise" only where the interval excludes 0."""
+    diffs = summary.get("iri_minus_standard") or {}
+    if not diffs:
+        return None
+    parts = []
+    for objective, interval in diffs.items():
+        if interval["n"] >= 2:
+            tag = "beyond noise" if interval.get("beyond_noise") else "within noise"
+            parts.append(f"{objective} {_interval_text(interval)}, {tag}")
+        else:
+            accs = [float(table[(table.setting == arm) & (table.objective == objective)].stitched_accuracy.mean())
+                    for arm in ("standard", "iri")]
+            parts.append(f"{objective} {100 * interval['mean']:+.1f} ± {_se_points(accs, n_test):.1f} points "
+                         "(one seed: binomial SE, no interval over seeds)")
+    return ("Invariance-aware minus standard penalty, paired by seed and averaged over layers (the same for "
+            "penalty and penalty_min, whose reference both arms share): " + "; ".join(parts) + ".")
+
+
+def _iri_sentence(summary: dict[str, Any], iris: pd.DataFrame | None) -> str | None:
+    converged = summary.get("iri_converged_fraction")
+    if converged is None:
+        return None
+    text = f"IRIs reached their tolerance on at least {100 * converged:.1f} % of inputs at every layer of A"
+    if iris is not None and "seed_linf_median" in iris.columns and len(iris):
+        text += (f"; they lie a median L∞ {iris.seed_linf_median.median():.3g} (L2 {iris.seed_l2_median.median():.3g}) "
+                 f"from the inputs they started from, in input units, and B labels "
+                 f"{100 * iris.b_target_class_fraction.mean():.1f} % of them as the input they represent, "
+                 f"{100 * iris.b_seed_class_fraction.mean():.1f} % as their seed's")
+    return text + "."
+
+
+def findings(summary: dict[str, Any], agg: pd.DataFrame, table: pd.DataFrame | None = None,
+             n_test: int | None = None, iris: pd.DataFrame | None = None) -> list[str]:
+    """Two or three sentences from the summary and the tables: which model pairs the invariance-aware
+    arm separates (a combined result with several pairs); else the penalty_min level per arm and the
+    paired IRI − standard difference, each with its interval (or binomial SE), and the IRI quality."""
     out = []
     sep = separation(agg)
     if sep is not None:
@@ -172,16 +257,22 @@ def findings(summary: dict[str, Any], agg: pd.DataFrame) -> list[str]:
         else:
             out.append(f"Invariance-aware stitching separates none of the model pairs from {reference}: no "
                        f"penalty is {SEPARATION * 100:.0f} points higher beyond twice the seed spread.")
+    if table is not None and "penalty_min" in table.columns and summary.get("penalty_over_seeds"):
+        out += [s for s in (_level_sentence(summary, table, n_test), _difference_sentence(summary, table, n_test),
+                            _iri_sentence(summary, iris)) if s]
+        return out[:3]
     for setting, name in (("standard", "standard"), ("iri", "invariance-aware")):
         part = agg[agg.setting == setting]
         if not len(part):
             continue
         means = part.groupby("models", sort=False).penalty.mean()
-        text = ", ".join(f"{g}: {100 * v:.1f}" for g, v in means.items())
-        out.append(f"Mean {name} stitching penalty over layers and objectives, in points: {text}.")
+        spreads = part.groupby("models", sort=False).penalty_spread.mean()
+        text = ", ".join(f"{g}: {100 * v:.1f} (± {100 * spreads[g]:.1f} spread over seeds)" for g, v in means.items())
+        out.append(f"Mean {name} stitching penalty (B's accuracy − stitched accuracy) over layers and "
+                   f"objectives, in points: {text}.")
     converged = summary.get("iri_converged_fraction")
     if converged is not None and sep is None:
-        out.append(f"IRIs reached their tolerance on at least {converged:.1%} of inputs at every layer of A.")
+        out.append(f"IRIs reached their tolerance on at least {100 * converged:.1f} % of inputs at every layer of A.")
     return out[:3]
 
 
@@ -248,6 +339,48 @@ def _limits(ex: dict[str, Any]) -> tuple[float, float]:
     return float(values.min()), float(values.max())
 
 
+POINT_COLUMNS = ("stitched_accuracy", "b_accuracy", "a_accuracy", "penalty", "penalty_min")
+PERCENT_COLUMNS = ("reached_fraction", "iri_converged_fraction", "b_target_class_fraction", "b_seed_class_fraction")
+
+
+def _in_points(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> list[dict[str, Any]]:
+    """``rows`` with the values of ``columns`` (fractions) times 100."""
+    return [{k: (100 * v if k in columns and isinstance(v, int | float) and not isinstance(v, bool) else v)
+             for k, v in row.items()} for row in rows]
+
+
+def _mean_rows(result, agg: pd.DataFrame) -> tuple[list[dict[str, Any]], bool]:
+    """(rows of the mean table in points, whether they carry t intervals): the runner's
+    ``stitching_mean`` when present, else the mean ± spread of :func:`aggregate` (combined results)."""
+    means = result.tables.get("stitching_mean")
+    if means is None or not len(means):
+        rows = _in_points(agg.to_dict("records"), ("penalty", "stitched_accuracy", "b_accuracy", "penalty_spread"))
+        return rows, False
+    frame = means.assign(pair=means.apply(_pair_label, axis=1))
+    scaled = [c for c in frame.columns if c.split("_")[0] in ("stitched", "penalty", "a", "b")
+              and not c.startswith("chosen")]
+    frame[scaled] = 100 * frame[scaled].astype(float)
+    return frame.to_dict("records"), True
+
+
+def _headline(summary: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The summary's scalar keys (lists of numbers kept), accuracies and penalties in points."""
+    rows = []
+    for key, value in summary.items():
+        if key == "warnings" or isinstance(value, dict):
+            continue
+        if ("accuracy" in key or "accuracies" in key or "penalty" in key) and value is not None:
+            label = f"{key} (points)"
+            if isinstance(value, list):
+                value = [100 * v for v in value]
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                value = 100 * value
+            rows.append((label, value))
+        else:
+            rows.append((key, value))
+    return rows
+
+
 def context(result) -> dict[str, Any]:
     table = result.tables.get("stitching", pd.DataFrame())
     meta, extra = result.meta, result.extra
@@ -256,26 +389,38 @@ def context(result) -> dict[str, Any]:
     single = not len(table) or grouped.models.nunique() == 1
     frames = penalty_frames(table) if single else {}
     iri_meta = meta.get("iri") or {}
+    seeds = meta.get("seeds") or [meta.get("seed")]
+    validation = meta.get("validation")
     settings_rows = [("model A (front)", meta.get("model_a")), ("model B (back)", meta.get("model_b")),
-                     ("data", meta.get("data")), ("train / test samples", f"{meta.get('n_train')} / {meta.get('n_test')}"),
+                     ("data", meta.get("data")),
+                     ("train / validation / test samples",
+                      f"{meta.get('n_train')} / {meta.get('n_val', 0)} / {meta.get('n_test')}"),
                      ("objectives", ", ".join(meta.get("objectives", []))),
                      ("settings", ", ".join(meta.get("settings", []))), ("stitch init", meta.get("init")),
-                     ("stitch training", meta.get("train")), ("IRI generation", iri_meta or "not run"),
+                     ("stitch training", meta.get("train")),
+                     ("stitch budget", validation if validation else "all steps (no validation split)"),
+                     ("IRI generation", iri_meta or "not run"),
                      ("input value range", f"{meta.get('value_range')} ({meta.get('value_range_source')})"),
-                     ("how B was cut", meta.get("cut")), ("seed", meta.get("seed"))]
+                     ("how B was cut", meta.get("cut")), ("seeds", seeds),
+                     ("models per seed", meta.get("seed_models", "the given models"))]
     summary = result.summary
-    headline = [(key, value) for key, value in summary.items() if key != "warnings"]
+    iris = result.tables.get("iris")
+    mean_rows, intervals = _mean_rows(result, agg) if len(table) else ([], False)
+    differences = result.tables.get("iri_differences")
     return {
-        "findings": findings(summary, agg) if len(agg) else [],
+        "findings": findings(summary, agg, table, meta.get("n_test"), iris) if len(agg) else [],
         "cautions": cautions(summary),
         "arms_figure": arms_figure(agg) if len(agg) else None,
-        "mean_rows": agg.to_dict("records") if len(agg) else [],
+        "mean_rows": mean_rows,
+        "mean_intervals": intervals,
         "multi_seed": bool(len(agg)) and int(agg.seeds.max()) > 1,
-        "headline": headline,
+        "difference_rows": _in_points(differences.to_dict("records"), ("mean", "std", "low", "high"))
+        if differences is not None else [],
+        "headline": _headline(summary),
         "heatmaps": _heatmaps(frames),
         "depth_plot": _depth_plot(table) if single else None,
-        "rows": table.to_dict("records"),
-        "iri_table": result.tables["iris"].to_dict("records") if "iris" in result.tables else [],
+        "rows": _in_points(table.to_dict("records"), POINT_COLUMNS),
+        "iri_table": _in_points(iris.to_dict("records"), PERCENT_COLUMNS) if iris is not None else [],
         "iri_histogram": _histogram(extra.get("iri_histograms", {}), iri_meta.get("tol")),
         "iri_examples": [fig for layer, ex in extra.get("iri_examples", {}).items()
                          if (fig := _examples_figure(layer, ex)) is not None],

@@ -284,3 +284,19 @@ def generate_iris(front: nn.Module, x: Tensor, settings: IRISettings, *, value_r
     return result, {"cache": "miss", "path": str(path)}
 
 
+
+
+def seed_distances(iris: IRISet, x: Tensor) -> tuple[Tensor, Tensor]:
+    """How far each IRI moved from the input it started from, in input units: ``(linf (n,), l2 (n,))``
+    float64, the L∞ and L2 norms of ``iris.iris[i] − x[iris.seed_index[i]]`` over all input values;
+    NaN for an IRI started from noise (``seed_index`` −1). ``x (n, ...)``: the inputs the IRIs were
+    made from (their seeds index into it)."""
+    n = len(iris.iris)
+    linf = torch.full((n,), float("nan"), dtype=torch.float64)
+    l2 = torch.full((n,), float("nan"), dtype=torch.float64)
+    seeded = (iris.seed_index >= 0).nonzero().squeeze(1)
+    if len(seeded):
+        diff = (iris.iris[seeded].double() - x[iris.seed_index[seeded]].double()).flatten(1)
+        linf[seeded] = diff.abs().amax(dim=1)
+        l2[seeded] = diff.norm(dim=1)
+    return linf, l2

@@ -20,16 +20,19 @@ from simkit.errors import SimkitError
 from simkit.forward import resolve_device
 from simkit.rundir import RunDir, fingerprint
 from simkit.runinfo import Timer
+from simkit.seeding import generator
 from simkit.stitching.pairs import layer_pairs
 from simkit.stitching.settings import StitchSettings
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """What the checks leave for the run: settings, the two parts of the data as tensors, the layer pairs.
+    """What the checks leave for the run: settings, the parts of the data as tensors, the layer pairs.
 
     train / test: the training part (stitches, IRIs, ``train``) and the evaluation set;
-    x_train, y_train, x_test, y_test: their inputs (n, ...) and labels (n,) or None.
+    x_train, y_train, x_test, y_test: their inputs (n, ...) and labels (n,) or None;
+    x_val, y_val: the validation split carved from the stitching data when ``settings.val_every`` > 0
+    (``(n_val, ...)``, ``(n_val,)``; None otherwise), which ``train`` then no longer holds.
     """
 
     settings: StitchSettings
@@ -45,6 +48,8 @@ class Prepared:
     y_test: Tensor | None
     pairs: list[tuple[str, str]]
     tokens: bool
+    x_val: Tensor | None = None
+    y_val: Tensor | None = None
 
     @property
     def objectives(self) -> list[str]:
@@ -80,6 +85,23 @@ def split(dataset: Dataset, test_data: Dataset | None, seed: int) -> tuple[Datas
         return dataset.train_test(seed=seed)
     train = Dataset(dataset.inputs, dataset.labels, dataset.spec, None, dataset.info)
     return train, test_data.test if test_data.test is not None else test_data
+
+
+def validation_split(train: Dataset, fraction: float, seed: int) -> tuple[Dataset, Dataset]:
+    """(fitting part, validation split) of the stitching data ``train``: ``round(fraction · n)`` samples
+    (at least 1) drawn by a generator seeded from ``derive_seed(seed, "validation")``, both parts in
+    their original order; SimkitError when fewer than two samples would be left to fit on."""
+    n = len(train)
+    n_val = max(1, int(round(fraction * n)))
+    if n - n_val < 2:
+        raise SimkitError(f"`val_fraction` {fraction:g} of {n} stitching samples leaves {n - n_val} to train the "
+                          "stitches on; use more data or a smaller `val_fraction`")
+    order = torch.randperm(n, generator=generator(seed, "validation"))
+    val = order[:n_val].sort().values
+    keep = torch.ones(n, dtype=torch.bool)
+    keep[val] = False
+    fit_part = train.take(keep.nonzero().squeeze(1))
+    return Dataset(fit_part.inputs, fit_part.labels, train.spec, None, train.info), train.take(val)
 
 
 def check_test_data(test_data: Dataset | None, x_train: Tensor) -> None:
@@ -139,9 +161,16 @@ def prepare(model_a: nn.Module, model_b: nn.Module, data: Dataset, settings: Sti
     _check_labels(data, train, test, settings)
     pairs = layer_pairs(model_a, model_b, settings.layer_a, settings.layer_b, settings.layers)
     tokens = settings.tokens or any(isinstance(m, nn.Embedding) for m in model_a.modules())
+    x_val = y_val = None
+    if settings.val_every > 0:
+        train, val = validation_split(train, settings.val_fraction, settings.seed)
+        fit_x, val_x = train.inputs, val.inputs
+        if isinstance(fit_x, dict) or isinstance(val_x, dict):
+            raise SimkitError("simkit stitch needs tensor inputs (images, signals, vectors), not tokenised text")
+        x_train, x_val, y_val = fit_x, val_x, val.labels
     return Prepared(settings=settings, data=data, test_data=test_data, names=names, dev=dev, train=train,
                     test=test, x_train=x_train, y_train=train.labels, x_test=x_test, y_test=test.labels,
-                    pairs=pairs, tokens=tokens)
+                    pairs=pairs, tokens=tokens, x_val=x_val, y_val=y_val)
 
 
 def value_range(train: Dataset, x: Tensor) -> tuple[tuple[float, float], str]:

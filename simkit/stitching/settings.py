@@ -34,6 +34,13 @@ class StitchSettings:
     train: epochs of cross-entropy training of (copies of) A and B on the stitching data first (0: use
     them as they are).
     n: use at most the first ``n`` samples of the data. seed: data split, stitch training, IRIs.
+    seeds: repeat the run for seeds ``seed``, ``seed`` + 1, ... (``seeds`` of them): each seed gets its
+    own models (built per seed from a factory, or trained per seed with ``train``), IRIs, stitch init
+    order and batch order, on the one data split drawn by ``seed``; 1 (the default) is a single run.
+    val_every / val_fraction: with ``val_every`` K > 0, ``val_fraction`` of the stitching data (never
+    the evaluation set; drawn by ``seed``) is held out as a validation split, each stitch is scored
+    there at step 0 (its init) and every K steps (and at the last), and the best-scoring step's stitch
+    is kept (``chosen_step``); 0 (the default) keeps the stitch after all ``steps`` on all the data.
     tokens: read 2-D activations (T, d) as tokens (linear stitch) rather than (C, L) feature maps (a
     model with an ``nn.Embedding`` always does). examples: IRIs beside their originals in the report.
     """
@@ -60,11 +67,18 @@ class StitchSettings:
     tokens: bool = False
     examples: int = 4
     train: float = 0.0
+    seeds: int = 1
+    val_every: int = 0
+    val_fraction: float = 0.1
 
     @property
     def objectives(self) -> list[str]:
         """The objectives as validated lower-case names, order kept, no duplicates."""
         return parse_objectives(self.objective)
+
+    def seed_list(self) -> list[int]:
+        """The seeds of the repeats: ``seed``, ``seed`` + 1, ..., ``seeds`` of them."""
+        return [self.seed + i for i in range(self.seeds)]
 
     def iri_settings(self) -> IRISettings:
         """The IRI part as the :class:`IRISettings` that ``generate_iris`` (and its cache key) takes."""
@@ -99,6 +113,13 @@ class StitchSettings:
             _at_least("n", self.n, 1)
         _at_least("examples", self.examples, 0)
         check_real("train", self.train, 0)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise SimkitError(f"`seed` must be an integer, got {self.seed!r}")
+        _at_least("seeds", self.seeds, 1)
+        _at_least("val_every", self.val_every, 0)
+        check_real("val_fraction", self.val_fraction, 0, strict=True)
+        if not self.val_fraction < 1:
+            raise SimkitError(f"`val_fraction` must be a fraction in (0, 1), e.g. 0.1, got {self.val_fraction}")
         self.iri_settings().validate()
 
     def to_dict(self) -> dict[str, Any]:

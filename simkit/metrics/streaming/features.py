@@ -108,6 +108,17 @@ def _self_products(blocks: Tensor, dims: list[int], d: Tensor) -> tuple[Tensor, 
     return torch.stack(quads), torch.cat(prods)
 
 
+def cca_chance(value: Tensor, spec_a: list[Spectrum], spec_b: list[Spectrum], n: float) -> Tensor:
+    """The exact expectation of ``cca`` (mean squared canonical correlation, no ridge) under a random
+    permutation of B's samples, ``max(r_x, r_y) / (n − 1)`` per pair (La, Lb): the permutations average B's
+    projection of rank r_y to ``r_y/(n − 1)·H``, so ``E tr(P_X P_Y) = r_x·r_y/(n − 1)``. NaN where the value
+    is NaN."""
+    ranks_a = torch.tensor([s.rank for s in spec_a], dtype=torch.float64, device=value.device)
+    ranks_b = torch.tensor([s.rank for s in spec_b], dtype=torch.float64, device=value.device)
+    chance = torch.maximum(ranks_a[:, None], ranks_b[None, :]) / (n - 1)
+    return torch.where(torch.isfinite(value), chance, value)
+
+
 class FeaturePart:
     """Exact linear and unbiased CKA and the shape measures of all pairs from streamed feature-space sums
     (memory ∝ P·Q). ``mode``: the accumulator's mode, as recorded (shape measures use all samples in either)."""
@@ -337,6 +348,8 @@ class FeaturePart:
         for m in measures:
             self.names.warn_constant(m, const_a, const_b)
             out[m] = {"value": values[m].cpu().numpy()}
+            if m == "cca" and self.settings.cca_eps == 0:
+                out[m]["chance"] = cca_chance(values[m], spec_a, spec_b, n).cpu().numpy()
         return out
 
     def _cka(self, metrics: list[str], n: float, la: int, lb: int, seg_a: Tensor, seg_b: Tensor) -> Values:
@@ -380,8 +393,20 @@ class FeaturePart:
                 h_b = hsic1_from_terms(count, fro_b - rc_b, -ny, -ny, rc_b)
                 value = cka_ratio(h, h_a[:, None], h_b[None, :], warn=False)
             self.names.warn_constant(m, const_a, const_b)
-            out[m] = {"value": mask_constant(value, const_a, const_b).cpu().numpy()}
+            out[m] = {"value": mask_constant(value, const_a, const_b).cpu().numpy(),
+                      "chance": mask_constant(self._cka_chance(m, value, nx, ny, fro_a, fro_b, n),
+                                              const_a, const_b).cpu().numpy()}
         return out
+
+    @staticmethod
+    def _cka_chance(metric: str, value: Tensor, nx: Tensor, ny: Tensor, fro_a: Tensor, fro_b: Tensor,
+                    n: float) -> Tensor:
+        """The exact expectation of ``metric`` under a random permutation of B's samples (La, Lb): for
+        linear CKA ``tr(K_c)·tr(L_c) / ((n − 1)·‖K_c‖_F·‖L_c‖_F)`` (the permutations average B's centred
+        Gram to ``tr(L_c)/(n − 1)·H``), for unbiased CKA 0 (HSIC_1 is unbiased under independence)."""
+        if metric == "unbiased_cka":
+            return torch.where(torch.isfinite(value), torch.zeros_like(value), value)
+        return cka_ratio(nx[:, None] * ny[None, :] / (n - 1), fro_a[:, None], fro_b[None, :], warn=False)
 
     def describe(self) -> dict[str, dict[str, Any]]:
         n = int(self.s["n"].item())

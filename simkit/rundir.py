@@ -24,13 +24,14 @@ file). Python callers that pass modules and tensors record them with :func:`fing
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -116,30 +117,11 @@ class RunDir:
             take_lock(self.path, self.command)
             self.started = True
             return self
-        made = [p for p in (self.path, *self.path.parents) if not p.exists()]  # deepest first
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            _remove_empty(made)
-            raise SimkitError(f"cannot create `run_dir` {self.path} ({exc.strerror}); choose another "
-                              "`run_dir`") from None
-        try:
-            take_lock(self.path, self.command)
-        except BaseException:
-            _remove_empty(made)
-            raise
+        made = self._make_and_lock()
         self.started = True
         # the earlier run's checkpoints are moved aside (one rename), inputs.json written, and only then
         # removed: a start that fails puts them back, so the earlier run stays as it was
-        aside = self.path / f".{CHECKPOINTS_DIR}.discarded"
-        if self.checkpoints.is_dir():
-            try:
-                if aside.exists():
-                    shutil.rmtree(aside)
-                self.checkpoints.rename(aside)
-            except OSError as exc:
-                raise SimkitError(f"cannot remove {self.checkpoints} of the earlier run ({exc.strerror}); "
-                                  "delete it or choose another `run_dir`") from None
+        aside = self._move_checkpoints_aside()
         try:
             write_json(self.path / INPUTS_FILE, self.record)
         except (OSError, SimkitError) as exc:
@@ -155,6 +137,36 @@ class RunDir:
         if made:
             _created.append((self.path / INPUTS_FILE, made))
         return self
+
+    def _make_and_lock(self) -> list[Path]:
+        """Create the directory and take its lock (:meth:`start`); the directories this created, deepest
+        first. A failure removes them again."""
+        made = [p for p in (self.path, *self.path.parents) if not p.exists()]  # deepest first
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            _remove_empty(made)
+            raise SimkitError(f"cannot create `run_dir` {self.path} ({exc.strerror}); choose another "
+                              "`run_dir`") from None
+        try:
+            take_lock(self.path, self.command)
+        except BaseException:
+            _remove_empty(made)
+            raise
+        return made
+
+    def _move_checkpoints_aside(self) -> Path:
+        """Rename the earlier run's ``checkpoints/`` (if any) to the path returned (:meth:`start`)."""
+        aside = self.path / f".{CHECKPOINTS_DIR}.discarded"
+        if self.checkpoints.is_dir():
+            try:
+                if aside.exists():
+                    shutil.rmtree(aside)
+                self.checkpoints.rename(aside)
+            except OSError as exc:
+                raise SimkitError(f"cannot remove {self.checkpoints} of the earlier run ({exc.strerror}); "
+                                  "delete it or choose another `run_dir`") from None
+        return aside
 
 
 def check_run_path(path: str | Path, arg: str = "run_dir") -> None:
@@ -376,6 +388,25 @@ def release_lock(path: str | Path) -> None:
     handle = entry[0]
     _unlink(Path(path) / LOCK_FILE)  # first: whoever waits on the old file sees it gone and retries
     handle.close()  # closing the file releases the flock
+
+
+@contextlib.contextmanager
+def locked(path: str | Path, command: str = "") -> Iterator[None]:
+    """Hold run directory ``path``'s lock while the block writes (created when missing): taken here
+    unless this process holds it already (a runner's ``RunDir.start``), and then released here."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SimkitError(f"cannot create the run directory {path} ({exc.strerror}); choose another "
+                          "`run_dir`") from None
+    mine = _lock_key(path) not in _held
+    take_lock(path, command)
+    try:
+        yield
+    finally:
+        if mine:
+            release_lock(path)
 
 
 def release_locks() -> None:

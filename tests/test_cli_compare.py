@@ -258,3 +258,13 @@ def test_compare_defaults_lead_with_unbiased_cka_and_a_null(tmp_path):
     for metric in ("unbiased_cka", "linear_cka"):  # one sentence per measure against its chance level
         assert f"{metric}: " in findings and "above its 95th percentile of a 10-permutation null" in findings
     assert "pairs beat chance" in findings and "against a chance level of" in findings
+
+
+def test_cca_refusal_is_one_line_naming_the_flags(tmp_path):
+    out = tmp_path / "wide"
+    result = invoke("compare", "simkit:mlp:in_features=40,hidden=64,depth=1", MLP_B, "--data", "mnist1d", "--n",
+                    "32", "--metric", "cca", "--out", str(out))
+    assert result.exit_code == 2
+    line = result.output.strip()
+    assert "\n" not in line and "--cca-eps" in line and "--reduce" in line and "64 features" in line
+    assert not out.exists()

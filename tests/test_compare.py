@@ -354,3 +354,27 @@ def test_progress_bar_writes_nothing_outside_a_terminal(capfd, data):
     a, b = tiny_models()
     compare(a, b, data, layers_a=["1"], layers_b=["1"])  # progress on (the default), stderr a pipe here
     assert capfd.readouterr() == ("", "")  # not even the blank line a stopped bar leaves
+
+
+def test_cca_on_layers_wider_than_the_samples_is_refused_naming_the_layers_and_the_fixes():
+    wide = nn.Sequential(nn.Linear(6, 40), nn.ReLU()).double()
+    x = torch.randn(30, 6, dtype=torch.float64)
+    with pytest.raises(SimkitError, match=r"cca would be undefined .*'0' \(model_a\) \(40 features\).*`cca_eps`"):
+        compare(wide, wide, x, layers_a=["0"], layers_b=["0"], metrics=["cca"], progress=False)
+    ridge = compare(wide, wide, x, layers_a=["0"], layers_b=["0"], metrics=["cca"], cca_eps=0.1, progress=False)
+    assert np.isfinite(ridge.matrix("cca").to_numpy()).all()
+
+
+def test_the_cause_of_a_nan_reaches_the_summary_and_the_report(data):
+    from simkit.report import compare as compare_report
+
+    a, _ = tiny_models()
+    const = nn.Sequential(nn.Linear(6, 3), nn.Linear(3, 2)).double()
+    with torch.no_grad():
+        const[0].weight.zero_()
+    with pytest.warns(RuntimeWarning):
+        result = compare(a, const, data, layers_a=["1"], layers_b=["0"], metrics=["linear_cka"], progress=False)
+    assert len(result.summary["warnings"]) == 1 and "'0' (model_b)" in result.summary["warnings"][0]
+    cautions = compare_report.context(result)["cautions"]
+    assert any("the warnings below say why" in c for c in cautions)
+    assert any(c.startswith("warning: ") and "'0' (model_b)" in c for c in cautions)

@@ -208,12 +208,83 @@ def by_reference(c: Case, st: dict[str, object]) -> dict[str, np.ndarray]:
     return out
 
 
-#: every path besides the functions; the engine's ``compare`` / ``compare_caches`` are added here
+class Lookup(torch.nn.Module):
+    """A layer whose output for sample indices ``(b,)`` is those rows of a stored table ``(n, p)``."""
+
+    def __init__(self, table: torch.Tensor):
+        super().__init__()
+        self.register_buffer("table", table)
+
+    def forward(self, index: torch.Tensor) -> torch.Tensor:
+        return self.table[index]
+
+
+class Tables(torch.nn.Module):
+    """A "model" whose layers ``l0``, ``l1``, ... output a case's activations for the samples asked for."""
+
+    def __init__(self, tables: list[torch.Tensor]):
+        super().__init__()
+        self.layers = torch.nn.ModuleDict({f"l{i}": Lookup(t) for i, t in enumerate(tables)})
+
+    def forward(self, index: torch.Tensor) -> torch.Tensor:
+        return [layer(index) for layer in self.layers.values()][-1]
+
+
+def _refused(c: Case, st: dict[str, object]) -> set[str]:
+    """The measures the engine refuses up front for this case (a layer with n − 1 features or more)."""
+    from simkit.metrics.shape import cca_refusal
+
+    dims_a, dims_b = [x.shape[1] for x in c.xa], [y.shape[1] for y in c.xb]
+    return {m for m in MEASURES if cca_refusal([m], dims_a, dims_b, c.n, float(st["cca_eps"]),
+                                               shape_alpha=float(st["shape_alpha"]))}
+
+
+def by_engine(mode: str, caches: bool) -> Callable[[Case, dict[str, object]], dict[str, np.ndarray]]:
+    """``simkit.compare`` on models that output the case's tensors (or ``compare_caches`` on their
+    captured caches): the measures it refuses up front are checked to be refused, the others compared
+    (in minibatch mode the CKA family is Nguyen et al.'s estimator, not the full-data function: left out)."""
+    import tempfile
+
+    import simkit
+    from simkit.errors import SimkitError
+
+    def run(c: Case, st: dict[str, object]) -> dict[str, np.ndarray]:
+        index = torch.arange(c.n)
+        models = Tables(c.xa), Tables(c.xb)
+        layers = [[f"layers.l{i}" for i in range(len(xs))] for xs in (c.xa, c.xb)]
+        refused = _refused(c, st)
+        skip = set(CKA) if mode == "minibatch" else set()
+        chosen = [m for m in MEASURES if m not in refused | skip]
+        settings = CompareSettings(metrics=chosen, mode=mode, knn_k=KNN_K, batch_size=c.batch, null=0,
+                                   **st)  # type: ignore[arg-type]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            if refused:
+                with pytest.raises(SimkitError, match="would be undefined"):
+                    simkit.compare(*models, index, settings.updated(metrics=sorted(refused)),
+                                   layers_a=layers[0], layers_b=layers[1], progress=False)
+            if not caches:
+                result = simkit.compare(*models, index, settings, layers_a=layers[0], layers_b=layers[1],
+                                        progress=False)
+            else:
+                with tempfile.TemporaryDirectory() as tmp:
+                    paths = [simkit.capture(model, index, f"{tmp}/{side}", layers=names, batch_size=c.batch,
+                                            progress=False) for side, model, names in zip("ab", models, layers)]
+                    result = simkit.compare_caches(*paths, settings, layers_a=layers[0], layers_b=layers[1],
+                                                   progress=False)
+        return {m: result.matrix(m).to_numpy(dtype=float, na_value=np.nan) for m in chosen}
+    return run
+
+
+#: every path besides the functions: the accumulator's strategies, merged halves (two ranks), the engine
 PATHS: dict[str, Callable[[Case, dict[str, object]], dict[str, np.ndarray]]] = {
     "features": by_accumulator(stored=False, merged=False),
     "features-merged": by_accumulator(stored=False, merged=True),
     "stored": by_accumulator(stored=True, merged=False),
     "stored-merged": by_accumulator(stored=True, merged=True),
+    "compare-exact": by_engine("exact", caches=False),
+    "compare-minibatch": by_engine("minibatch", caches=False),
+    "compare-caches": by_engine("exact", caches=True),
 }
 
 
@@ -224,8 +295,8 @@ def expected(case_name: str, settings_name: str) -> dict[str, np.ndarray]:
 
 def assert_agree(got: dict[str, np.ndarray], want: dict[str, np.ndarray], what: str) -> None:
     bad = []
-    for m, w in want.items():
-        g = got[m]
+    for m, g in got.items():
+        w = want[m]
         if not (np.array_equal(np.isnan(g), np.isnan(w))
                 and np.allclose(np.nan_to_num(g), np.nan_to_num(w), rtol=0, atol=TOL)):
             bad.append(f"{m}:\n got  {g.tolist()}\n want {w.tolist()}")

@@ -179,3 +179,25 @@ def test_a_refused_start_creates_nothing(tmp_path):
         assert sorted(p.name for p in out.iterdir()) == before
     finally:
         holder.release()
+
+
+@pytest.mark.parametrize("command", [
+    ["compare", "simkit:mlp:in_features=40,hidden=8,depth=2", "simkit:mlp:in_features=40,hidden=6,depth=1",
+     "--data", "mnist1d", "--n", "32"],
+    ["capture", "simkit:mlp:in_features=40,hidden=8,depth=2", "--data", "mnist1d", "--n", "32"],
+])
+def test_compare_and_capture_refuse_a_directory_another_run_holds(tmp_path, command):
+    """The issue's case: two commands into one --out at once; the second is refused, nothing mixed."""
+    out = tmp_path / "shared"
+    holder = Holder(out)
+    try:
+        before = sorted(p.name for p in out.iterdir())
+        result = invoke(*command, "--out", out)
+        assert result.exit_code == 2, result.output
+        line = result.output.strip()
+        assert "\n" not in line and f"process {holder.pid}" in line
+        assert sorted(p.name for p in out.iterdir()) == before  # nothing of the refused run was written
+    finally:
+        holder.release()
+    assert invoke(*command, "--out", out).exit_code == 0  # once the holder is gone the directory is free
+    assert not (out / LOCK_FILE).exists()

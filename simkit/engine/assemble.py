@@ -124,7 +124,8 @@ def compare_result(run: Run, measured: Measured, *, model_a: str, model_b: str, 
     layers = pd.DataFrame(list(layer_rows))
     summary = {"model_a": model_a, "model_b": model_b, "data": data, "n": measured.rows,
                "mode": run.settings.mode, "metrics": list(run.settings.metrics), "n_layers_a": len(layers_a),
-               "n_layers_b": len(layers_b), "batch_size": run.settings.batch_size, "seconds": round(seconds, 3)}
+               "n_layers_b": len(layers_b), "batch_size": run.settings.batch_size, "seconds": round(seconds, 3),
+               "warnings": list(measured.warnings)}
     meta = engine_meta(run, measured, seconds=seconds, timings=timings, layers=layers_meta(layers), **fields)
     return CompareResult(summary=summary, tables={"similarity": frame, "layers": layers}, meta=meta)
 
@@ -141,6 +142,7 @@ def study_result(run: Run, measured: Measured, *, labels: Sequence[str], layers:
                           "cache": list(caches)})
     metrics = list(run.settings.metrics)
     summary = {"models": list(labels), "metric": metrics[0], "metrics": metrics, "pairing": run.own["pairing"],
-               "data": data, "n": measured.rows, "mode": run.settings.mode, "seconds": round(seconds, 3)}
+               "data": data, "n": measured.rows, "mode": run.settings.mode, "seconds": round(seconds, 3),
+               "warnings": list(measured.warnings)}
     meta = engine_meta(run, measured, seconds=seconds, caches=list(caches))
     return StudyResult(summary=summary, tables={"study": frame, "models": table}, meta=meta)

@@ -23,7 +23,7 @@ from simkit.forward import resolve_device
 from simkit.io import atomic_write, write_json
 from simkit.layers import resolve_layers
 from simkit.progress import progress_bar
-from simkit.rundir import check_run_path
+from simkit.rundir import check_run_path, release_lock, take_lock
 from simkit.runinfo import run_meta
 
 
@@ -102,6 +102,7 @@ def capture(model: nn.Module, data: Any, out: str | Path, *, layers: str | Seque
             except OSError as exc:
                 raise SimkitError(f"cannot create the cache directory {path} ({exc.strerror}); choose "
                                   "another `out`") from None
+            take_lock(path, "capture")  # one writer at a time; released by the command or below
             (path / MANIFEST).unlink(missing_ok=True)
             started_writing = True
 
@@ -152,4 +153,5 @@ def capture(model: nn.Module, data: Any, out: str | Path, *, layers: str | Seque
         shards=shards, seconds=round(time.perf_counter() - started, 3),
     )
     write_json(path / MANIFEST, manifest)
+    release_lock(path)
     return path

@@ -64,6 +64,13 @@ def _seeds_of(model_a: nn.Module, model_b: nn.Module) -> dict[str, int]:
     return {side: seed for side, seed in seeds.items() if isinstance(seed, int)}
 
 
+def _expected_rows(total: int | None, cap: int | None) -> int | None:
+    """The samples a comparison will see: the data's rows capped by ``n`` (None when unknown)."""
+    if total is None:
+        return None
+    return total if cap is None else min(total, cap)
+
+
 def _check_data_b(data: Any, data_b: Any) -> Any:
     """``data_b`` (None, or the same samples as ``data`` in B's form)."""
     if data_b is None:
@@ -114,7 +121,8 @@ def compare(model_a: nn.Module, model_b: nn.Module, data: Any, settings: Compare
     with taps:
         stream = taps.activations(data, data_b, chosen, progress)
         measured = measure(stream, chosen, target, names_a=[f"{name!r} ({names[0]})" for name in chosen_a],
-                           names_b=[f"{name!r} ({names[1]})" for name in chosen_b], progress=progress)
+                           names_b=[f"{name!r} ({names[1]})" for name in chosen_b], progress=progress,
+                           expected_rows=_expected_rows(count_rows(data), chosen.n))
     seconds = time.perf_counter() - started
     run = Run(given.updated(**changes), chosen, str(target),
               {"layers_a": selector(layers_a), "layers_b": selector(layers_b), "reduce": reduce,
@@ -142,7 +150,8 @@ def compare_caches(path_a: str | Path, path_b: str | Path, settings: CompareSett
                                "compare caches")
     measured = measure(((index, sides[0], sides[1]) for index, sides in stream), chosen_settings, target,
                        names_a=[f"{name!r} ({path_a})" for name in chosen[0]],
-                       names_b=[f"{name!r} ({path_b})" for name in chosen[1]], progress=progress)
+                       names_b=[f"{name!r} ({path_b})" for name in chosen[1]], progress=progress,
+                       expected_rows=_expected_rows(int(manifests[0]["n"]), chosen_settings.n))
     run = Run(given.updated(**changes), chosen_settings, str(target),
               {"layers_a": selector(layers_a), "layers_b": selector(layers_b), "reduce": manifests[0]["reduce"]},
               {"model_a": manifests[0].get("seed"), "model_b": manifests[1].get("seed")})

@@ -10,8 +10,9 @@ accumulator's per-batch draws and the order of stored samples do not depend on t
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,6 +22,7 @@ import torch.distributed as dist
 from simkit import distributed
 from simkit.errors import SimkitError
 from simkit.metrics.settings import CompareSettings
+from simkit.metrics.shape import cca_refusal
 from simkit.metrics.streaming import Accumulator, make_accumulator
 from simkit.progress import progress_bar
 
@@ -41,6 +43,7 @@ class Measured:
     dims_b: list[int]
     method: dict[str, Any]
     compute_seconds: float
+    warnings: list[str] = field(default_factory=list)
 
 
 def reduce_over_ranks(accumulator: Accumulator, device: torch.device | str | None = None) -> None:
@@ -92,15 +95,45 @@ def compute_with_progress(accumulator: Accumulator, progress: bool) -> dict[str,
             bar.stop()
 
 
+def refuse_undefined(settings: CompareSettings, dims_a: list[int], dims_b: list[int], rows: int,
+                     names_a: Sequence[str] | None, names_b: Sequence[str] | None) -> None:
+    """A SimkitError naming the layers and the fixes when a CCA-family measure cannot give a number for
+    them at ``rows`` samples (``simkit.metrics.shape.cca_refusal``)."""
+    message = cca_refusal(settings.metrics, dims_a, dims_b, rows, settings.cca_eps, names_a, names_b,
+                          shape_alpha=settings.shape_alpha)
+    if message:
+        raise SimkitError(message)
+
+
 def measure(activations: Iterable[Activations], settings: CompareSettings, device: torch.device, *,
             names_a: Sequence[str] | None = None, names_b: Sequence[str] | None = None,
-            progress: bool = False) -> Measured:
+            progress: bool = False, expected_rows: int | None = None) -> Measured:
+    """:func:`stream_and_compute`, with every warning it raises (a constant layer, a degenerate CCA
+    pair, skipped batches) passed on once and kept in ``Measured.warnings`` for the report."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        measured = stream_and_compute(activations, settings, device, names_a=names_a, names_b=names_b,
+                                      progress=progress, expected_rows=expected_rows)
+    seen: dict[str, type[Warning]] = {}
+    for entry in caught:
+        seen.setdefault(str(entry.message), entry.category)
+    for message, category in seen.items():
+        warnings.warn(message, category, stacklevel=3)
+    measured.warnings = list(seen)
+    return measured
+
+
+def stream_and_compute(activations: Iterable[Activations], settings: CompareSettings, device: torch.device, *,
+                       names_a: Sequence[str] | None = None, names_b: Sequence[str] | None = None,
+                       progress: bool = False, expected_rows: int | None = None) -> Measured:
     """Feed every ``(index, acts_a, acts_b)`` batch to one accumulator, reduce over ranks, compute.
 
     The accumulator is created from the first batch's widths with ``settings`` (validated); ``names_*`` name the
     layers in warnings and errors. On a rank that got no batch it is created from another rank's widths
     (every rank joins the reductions). ``progress``: a bar per long step after the last batch (the
     neighbour searches, the permutations of a null), as the engine shows the batches.
+    ``expected_rows``: the samples the stream will hold, when known: a CCA-family measure that cannot give
+    a number for the layers is refused after the first batch (else after the last).
     """
     accumulator: Accumulator | None = None
     dims_a: list[int] = []
@@ -114,6 +147,8 @@ def measure(activations: Iterable[Activations], settings: CompareSettings, devic
         if accumulator is None:
             dims_a = [int(a.shape[1]) for a in acts_a]
             dims_b = [int(b.shape[1]) for b in acts_b]
+            if expected_rows is not None:  # refuse before any further forward pass
+                refuse_undefined(settings, dims_a, dims_b, expected_rows, names_a, names_b)
             accumulator = build(dims_a, dims_b)
         # global batches hold batch_size rows (all but the last), so the batch's first sample is index·batch_size
         accumulator.update(acts_a, acts_b, batch_index=index, row_offset=index * settings.batch_size)
@@ -130,6 +165,7 @@ def measure(activations: Iterable[Activations], settings: CompareSettings, devic
         rows = int(distributed.all_reduce_sum(total).item())
     if accumulator is None:
         raise SimkitError("the data yielded no samples; check `data` and `n`")
+    refuse_undefined(settings, dims_a, dims_b, rows, names_a, names_b)
     if "unbiased_cka" in settings.metrics and rows < 4:
         raise SimkitError(f"unbiased CKA needs at least 4 samples, got {rows}; raise `n`")
     start = time.perf_counter()

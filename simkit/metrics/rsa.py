@@ -190,6 +190,7 @@ def rsa(x, y, rsa_distance: str = "correlation", rsa_compare: str = "spearman") 
 
 
 def undefined_reason(distance: str, rdm_missing: bool) -> str:
+    """Why a layer's RSA value is NaN: its RDM is undefined under ``distance`` (and the fix), or constant."""
     if not rdm_missing:
         return "its RDM is constant (all dissimilarities equal)"
     what = "constant across features" if distance == "correlation" else "zero"

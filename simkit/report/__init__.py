@@ -23,6 +23,7 @@ from simkit.io import write_text
 from simkit.report import compare, convert, graft, linearize, stitch, study
 from simkit.report.figures import format_number, meta_html
 from simkit.results import HTML_VIEWS, RunResult
+from simkit.rundir import locked
 
 # result kind → (context builder, template); every kind of simkit.results.RESULT_KINDS has a row
 # (tests/test_report.py checks that)
@@ -97,8 +98,10 @@ def render_report(result: RunResult, path: str | Path) -> Path:
 
 
 def save_run(result: RunResult, out: str | Path, report: bool = True) -> Path:
-    """Write the run directory ``out``: the result's data files, then ``report.html`` unless told not to."""
-    out = result.save(out)
-    if report:
-        render_report(result, out / "report.html")
+    """Write the run directory ``out``: the result's data files, then ``report.html`` unless told not to,
+    holding the directory's lock (``simkit.rundir.locked``: another run writing there is refused)."""
+    with locked(out, result.kind):
+        out = result.save(out)
+        if report:
+            render_report(result, out / "report.html")
     return out

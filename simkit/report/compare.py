@@ -23,7 +23,7 @@ def _is_distance(metric: str) -> bool:
 _SUMMARY_LABELS = {
     "model_a": "model A", "model_b": "model B", "data": "data", "n": "samples (n)", "mode": "mode",
     "metrics": "metrics", "n_layers_a": "layers of A", "n_layers_b": "layers of B",
-    "batch_size": "batch size", "seconds": "seconds",
+    "batch_size": "batch size", "seconds": "seconds", "warnings": "warnings",
 }
 
 
@@ -269,7 +269,8 @@ def cautions(summary: dict[str, Any], meta: dict[str, Any], matrices: dict[str, 
     batch = summary.get("batch_size") or meta.get("settings", {}).get("batch_size", "?")
     by_metric = {r["metric"]: r for r in band}
     for metric, frame in matrices.items():
-        mean = float(np.nanmean(frame.to_numpy(dtype=float, na_value=np.nan))) if frame.size else float("nan")
+        cells = frame.to_numpy(dtype=float, na_value=np.nan)
+        mean = float(np.nanmean(cells)) if np.isfinite(cells).any() else float("nan")
         row = by_metric.get(metric)
         if mode == "minibatch" and metric in _BIASED:
             text = (f"{metric} in minibatch mode averages biased HSIC over batches of {batch} samples: its bias "
@@ -294,9 +295,12 @@ def cautions(summary: dict[str, Any], meta: dict[str, Any], matrices: dict[str, 
         out.append("No permutation null was run, so nothing here is checked against chance: rerun with "
                    "--null 10 (the library's null=10).")
     missing = int(table["value"].isna().sum())
+    warned = [str(w) for w in summary.get("warnings") or []]
     if missing:
-        out.append(f"{missing} of {len(table)} values are undefined (NaN; hatched): a constant layer, or a "
-                   "measure that needs more samples than the layer has dimensions.")
+        cause = ("the warnings below say why" if warned else
+                 "a constant layer, or a measure that needs more samples than the layer has dimensions")
+        out.append(f"{missing} of {len(table)} values are undefined (NaN; hatched): {cause}.")
+    out += [f"warning: {w}" for w in warned]
     reduce = meta.get("settings", {}).get("reduce")
     if str(summary.get("data", "")).startswith("text:") and reduce == "flatten":
         out.append("Token sequences were flattened (--reduce flatten): padding positions and sentence length "

@@ -132,8 +132,10 @@ __all__ = ["GRAM_KINDS", "METRICS", "MODES", "Accumulator", "feature_path_bytes"
 class Accumulator:
     """All chosen metrics over all layer pairs, fed batch by batch (see the module docstring)."""
 
-    def __init__(self, parts: Sequence[Part], metrics: list[str], dims_a: list[int], dims_b: list[int]):
+    def __init__(self, parts: Sequence[Part], metrics: list[str], dims_a: list[int], dims_b: list[int],
+                 ci: float | None = None, ci_resamples: int = 0, seed: int = 0):
         self.parts, self.metrics, self.dims_a, self.dims_b = list(parts), metrics, dims_a, dims_b
+        self.ci, self.ci_resamples, self.seed = ci, ci_resamples, seed  # the stored measures' bootstrap
         self.calls = 0
         self.rows = 0
 
@@ -219,6 +221,10 @@ class Accumulator:
         out: Values = {}
         for part in self.parts:
             out.update(part.compute(progress) if isinstance(part, StoredPart) else part.compute())
+            if isinstance(part, StoredPart) and self.ci is not None:
+                values = {m: out[m]["value"] for m in part.metrics}
+                for m, interval in part.bootstrap(values, self.ci, self.ci_resamples, self.seed, progress).items():
+                    out[m].update(interval)
         return {m: out[m] for m in self.metrics}
 
     def describe(self) -> dict[str, dict[str, Any]]:
@@ -226,6 +232,10 @@ class Accumulator:
         out: dict[str, dict[str, Any]] = {}
         for part in self.parts:
             out.update(part.describe())
+            if isinstance(part, StoredPart) and self.ci is not None:
+                for m in part.metrics:
+                    out[m]["ci"] = (f"{self.ci:.0%} interval: value ± z × the standard deviation of a bootstrap over samples, "
+                                    f"{self.ci_resamples} resamples")
         return {m: out[m] for m in self.metrics}
 
 
@@ -248,7 +258,7 @@ def make_accumulator(settings: CompareSettings, dims_a: Sequence[int], dims_b: S
         raise SimkitError(f"every model needs at least one layer of width >= 1, got {dims_a} and {dims_b}")
     names = Names(names_a, names_b, len(dims_a), len(dims_b))
     return Accumulator(_parts(settings, dims_a, dims_b, names, int(max_stored_n)), list(settings.metrics),
-                       dims_a, dims_b)
+                       dims_a, dims_b, settings.ci, settings.ci_resamples, settings.seed)
 
 
 def _stored_reason(name: str, settings: CompareSettings, needed: int, what: str) -> str:
@@ -257,6 +267,8 @@ def _stored_reason(name: str, settings: CompareSettings, needed: int, what: str)
         return _STORED_REASONS[name]
     if settings.permutations(name):
         return "a permutation null needs stored activations"
+    if settings.ci is not None:
+        return "a bootstrap interval needs stored activations"
     return f"{what} need {needed} bytes > memory_budget_bytes={settings.memory_budget_bytes}"
 
 
@@ -276,7 +288,7 @@ def _parts(settings: CompareSettings, dims_a: list[int], dims_b: list[int], name
     for name in settings.metrics:
         where = strategy(name, settings.mode)
         needed, what = sizes.get(where, (0, ""))
-        if where in sizes and (settings.permutations(name) or needed > budget):
+        if where in sizes and (settings.permutations(name) or settings.ci is not None or needed > budget):
             where = "stored"
         if where == "stored":
             reasons[name] = _stored_reason(name, settings, needed, what)

@@ -40,6 +40,7 @@ def _outer_blocks(u: Tensor, v: Tensor, dims: Sequence[int]) -> Tensor:
 
 
 def ridge_describe(settings: MeasureSettings) -> dict[str, Any]:
+    """The ridge_r2 settings and fold rule, for ``describe()``."""
     return {"ridge_lambda": settings.ridge_lambda, "ridge_folds": settings.ridge_folds,
             "folds": "sample i in fold i mod ridge_folds", "directional": True,
             "note": "rows (model A's layers) predict columns (model B's layers): the matrix is not symmetric"}

@@ -40,6 +40,7 @@ def shape_settings(measures: Sequence[str], settings: MeasureSettings) -> dict[s
 
 
 def shape_notes(measure: str) -> str:
+    """One line on what a shape measure (procrustes, cca, svcca, pwcca, shape_metric, ...) computes."""
     return {
         "procrustes": "orthogonal Procrustes similarity ||X'Y||_* / (||X||_F ||Y||_F)",
         "procrustes_angle": "arccos of the Procrustes similarity (angular shape distance, alpha = 1)",

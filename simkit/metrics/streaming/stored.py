@@ -56,6 +56,23 @@ KNN = ("mutual_knn", "jaccard_knn")
 #: activations (one CPU tensor per layer).
 StoredPayload = tuple[list[int], list[list[Tensor]], list[list[Tensor]]]
 
+def sd_interval(value: np.ndarray, replicates: np.ndarray, confidence: float) -> dict[str, np.ndarray]:
+    """``ci_low``, ``ci_high``: ``value`` ± z·sd, sd the standard deviation of the bootstrap ``replicates
+    (R, La, Lb)`` (NaN ignored), z the normal quantile at ``confidence``. Centred on the estimate, not on
+    the replicates: resampling with replacement duplicates samples, which shifts dependence measures
+    upwards (a percentile interval of unbiased CKA at n = 200 covered 87 % at 95 %; this one 95 %,
+    tests/test_ci.py)."""
+    import warnings
+
+    from scipy import stats
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN cells stay NaN
+        sd = np.nanstd(replicates, axis=0, ddof=1)
+    z = float(stats.norm.ppf(0.5 + confidence / 2))
+    return {"ci_low": value - z * sd, "ci_high": value + z * sd}
+
+
 def _silent(phase: str, advance: int, total: int) -> None:
     """The progress report of a call that asked for none."""
 
@@ -160,6 +177,34 @@ class StoredPart:
         self.chunks_a = [[t.to(dev) for t in chunk_a] for _, chunk_a, _ in merged]
         self.chunks_b = [[t.to(dev) for t in chunk_b] for _, _, chunk_b in merged]
         self.n = sum(len(c[0]) for c in self.chunks_a)
+
+    def bootstrap(self, values: dict[str, np.ndarray], confidence: float, resamples: int, seed: int,
+                  progress: PhaseProgress | None = None) -> dict[str, dict[str, np.ndarray]]:
+        """A bootstrap interval around ``values`` ({metric: (La, Lb)}, this part's :meth:`compute`) of every
+        metric of this part (:func:`sd_interval`): ``resamples`` times, ``n`` samples
+        drawn with replacement (the same rows of A and B, from a generator seeded by ``seed``), every
+        metric recomputed on them (no null, warnings of the replicates silenced). ``{metric: {"ci_low",
+        "ci_high"}}`` (La, Lb). Duplicated samples shrink distances, so the k-NN and RSA intervals are
+        rough; see README "Intervals"."""
+        import warnings
+
+        xa, xb = self._layers()
+        generator = torch.Generator().manual_seed((int(seed) * 1_000_003 + 17) % (2**63 - 1))
+        replicates: dict[str, list[np.ndarray]] = {m: [] for m in self.metrics}
+        report = progress or _silent
+        for _ in range(resamples):
+            rows = torch.randint(self.n, (self.n,), generator=generator).to(xa[0].device)
+            part = StoredPart(self.metrics, self.mode, self.dims_a, self.dims_b, 0, self.seed, self.rbf_factor,
+                              self.knn_k, self.budget, self.max_n, self.names, self.reasons, self.settings)
+            part.chunks_a, part.chunks_b = [[x[rows] for x in xa]], [[y[rows] for y in xb]]
+            part.indices, part.n = [0], self.n
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                drawn = part.compute()
+            for m in self.metrics:
+                replicates[m].append(drawn[m]["value"])
+            report(f"bootstrap interval ({resamples} resamples)", 1, resamples)
+        return {m: sd_interval(values[m], np.stack(draws), confidence) for m, draws in replicates.items()}
 
     def _layers(self) -> tuple[list[Tensor], list[Tensor]]:
         """All stored samples per layer, in global batch order: ``[(n, p_i)]``, ``[(n, q_j)]``."""

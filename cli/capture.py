@@ -29,6 +29,7 @@ def capture_command(
     device: DeviceOpt = "cpu",
     trust: TrustOpt = False,
 ) -> None:
+    """`simkit capture`: run MODEL over the data once and cache the chosen layers' activations in --out."""
     from simkit.engine import capture
     from simkit.engine.loading import data_for
 

@@ -209,6 +209,7 @@ def split_list(values: list[str] | str | None) -> list[str]:
 
 
 def split_floats(values: list[str] | str | None, option: str) -> list[float]:
+    """``split_list`` as floats: ['0.1,1', '10'] -> [0.1, 1.0, 10.0]; SimkitError naming ``option`` if not."""
     out = []
     for part in split_list(values):
         try:
@@ -255,4 +256,5 @@ def finish(result, out: Path, no_report: bool) -> None:
 
 
 def echo_err(message: str) -> None:
+    """Print ``message`` to stderr."""
     print(message, file=sys.stderr)

@@ -110,6 +110,7 @@ def compare_command(
     trust: TrustOpt = False,
     no_report: NoReportOpt = False,
 ) -> None:
+    """`simkit compare`: similarity of two models' layers (or of two caches, or a study), into --out."""
     from simkit.engine import CompareSettings, compare, compare_caches, study
     from simkit.engine.loading import classify_sources, load_pair
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -18,10 +19,10 @@ from simkit.cli.common import (
     TrustOpt,
     command,
     finish,
+    load_cli_model,
     split_list,
 )
 from simkit.cli.inputs import cli_run_dir
-from simkit.errors import SimkitError
 
 
 @command("convert", help=(
@@ -91,6 +92,7 @@ def convert_command(
     guide_lr: Annotated[float, typer.Option(
         "--guide-lr", help="--train-guide learning rate (AdamW, cosine decay, batch 128, the best validation "
                            "epoch kept).")] = 1e-2,
+    weights: Annotated[Path | None, typer.Option("--weights", help="Local weights file for GUIDE.")] = None,
     n: NOpt = None,
     seed: SeedOpt = 0,
     trust: TrustOpt = False,
@@ -98,24 +100,25 @@ def convert_command(
     resume: ResumeOpt = False,
     no_report: NoReportOpt = False,
 ) -> None:
+    """`simkit convert`: convert GUIDE into a target architecture (plus baselines), into --out."""
     from simkit.data import load_data
-    from simkit.models import load_model
     from simkit.theseus import ConvertSettings, convert, load_plan_file
 
     settings = ConvertSettings(
-        steps_per_stage=_auto_or_int(steps_per_stage, "--steps-per-stage"), max_stage_steps=max_stage_steps,
-        stop_loss=_stop_loss(stop_loss), plateau_factor=plateau_factor, val_fraction=val_fraction,
+        steps_per_stage=steps_per_stage, max_stage_steps=max_stage_steps,
+        stop_loss=stop_loss, plateau_factor=plateau_factor, val_fraction=val_fraction,
         baseline_epochs=baseline_epochs, baseline_max_epochs=baseline_max_epochs,
         baseline_patience=baseline_patience, guide_lr=guide_lr,
         recipe=None if plan else recipe, schedule=split_list(schedule) or ["progressive"],
         metric=split_list(metric) or ["cka"],
         baselines=[] if baselines.strip().lower() == "none" else split_list(baselines), plan=plan,
-        rank=_ranks(rank), group=group, cell=cell, finetune_epochs=finetune_epochs,
+        rank=rank, group=group, cell=cell, finetune_epochs=finetune_epochs,
         head_epochs=head_epochs, batch_size=batch_size, lr=lr, guide_init=split_list(guide_init) or ["trained"],
         train_guide=train_guide, plateau_window=plateau_window, seed=seed, n=n).validate()
-    run_dir = cli_run_dir("convert", out, resume, {**settings.to_dict(), "guide": guide, "data": data},
-                          files={"guide": "model", "data": "data", "plan": "plan"})
-    guide_model = load_model(guide, seed=seed, trust=trust)
+    run_dir = cli_run_dir("convert", out, resume, {**settings.to_dict(), "guide": guide, "data": data,
+                                                   "weights": weights},
+                          files={"guide": "model", "data": "data", "plan": "plan", "weights": "path"})
+    guide_model = load_cli_model(guide, seed=seed, trust=trust, weights=weights)
     dataset = load_data(data, n=n, seed=seed)
     replacement_plan = load_plan_file(plan, guide_model) if plan else None
     result = convert(guide_model, dataset, settings, plan=replacement_plan, run_dir=run_dir, resume=resume,
@@ -130,31 +133,3 @@ def convert_command(
                    f"(conversion {summary['converted_steps']}): gain over scratch {summary['gain_over_scratch']:+.4g}")
     finish(result, out, no_report)
 
-
-def _auto_or_int(text: str, flag: str) -> int | str:
-    if text.strip().lower() == "auto":
-        return "auto"
-    try:
-        return int(text)
-    except ValueError:
-        raise SimkitError(f"{flag} must be 'auto' or a positive integer, got {text!r}") from None
-
-
-def _stop_loss(text: str) -> float | str | None:
-    low = text.strip().lower()
-    if low in ("auto", "none"):
-        return "auto" if low == "auto" else None
-    try:
-        return float(text)
-    except ValueError:
-        raise SimkitError(f"--stop-loss must be a number, 'auto' or 'none', got {text!r}") from None
-
-
-def _ranks(text: str) -> int | list[int]:
-    try:
-        values = [int(v) for v in split_list([text])]
-    except ValueError:
-        raise SimkitError(f"--rank must be a positive integer or a comma list of them, got {text!r}") from None
-    if not values:
-        raise SimkitError(f"--rank must be a positive integer or a comma list of them, got {text!r}")
-    return values[0] if len(values) == 1 else values

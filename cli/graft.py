@@ -18,6 +18,7 @@ from simkit.cli.common import (
     TrustOpt,
     command,
     finish,
+    load_cli_model,
 )
 from simkit.cli.inputs import cli_run_dir
 
@@ -58,24 +59,27 @@ def graft_command(
     allow_double_zero: Annotated[bool, typer.Option(
         "--allow-double-zero", help="Allow the double-zero gate (only to demonstrate that nothing trains).",
         metavar=FLAG)] = False,
+    weights: Annotated[Path | None, typer.Option(
+        "--weights", help="Local weights file for MODEL (or for the built-in model).")] = None,
     seed: SeedOpt = 0,
     trust: TrustOpt = False,
     resume: ResumeOpt = False,
     no_report: NoReportOpt = False,
 ) -> None:
+    """`simkit graft`: graft a gated residual block after --after, run the E1-E3 and F3 checks, into --out."""
     from simkit.data import load_data
     from simkit.grafting import BUILTIN, GraftSettings, graft
     from simkit.grafting.tasks import is_builtin
-    from simkit.models import load_model
 
     settings = GraftSettings(model=model or BUILTIN, data=data, n=n, seed=seed, after=after,
                              branch=branch.value if branch else None, gate=gate.value, steps=steps,
-                             batch_size=batch_size, allow_double_zero=allow_double_zero)
-    settings.validate()
-    module = load_model(settings.model or BUILTIN, seed=seed, trust=trust)
-    settings.validate(is_builtin(module))  # --after with a MODEL, before its data is read
-    dataset = None if data is None else load_data(data, n=settings.samples(is_builtin(module)), seed=seed)
-    run_dir = cli_run_dir("graft", out, resume, settings.to_dict(), files={"model": "model", "data": "data"})
+                             batch_size=batch_size, allow_double_zero=allow_double_zero).validate()
+    module = load_cli_model(settings.model or BUILTIN, seed=seed, trust=trust, weights=weights)
+    builtin = is_builtin(module)
+    settings.resolved(builtin)  # a MODEL needs --after: known before its data is read
+    dataset = None if data is None else load_data(data, n=settings.samples(builtin), seed=seed)
+    run_dir = cli_run_dir("graft", out, resume, {**settings.to_dict(), "weights": weights},
+                          files={"model": "model", "data": "data", "weights": "path"})
     result = graft(module, dataset, settings, run_dir=run_dir, resume=resume)
     finish(result, Path(out), no_report)
     typer.echo(f"graft: {result.summary['verdict']}")

@@ -31,12 +31,6 @@ def cli_run_dir(command_name: str, out: Path, resume: bool, options: dict[str, A
     return RunDir(out, command_name, kept, files=paths, resume=resume)
 
 
-def check_inputs(command_name: str, out: Path, resume: bool, options: dict[str, Any],
-                 files: dict[str, str] | None = None) -> RunDir:
-    """``cli_run_dir(...)`` started at once (for commands whose runner does not start it itself)."""
-    return cli_run_dir(command_name, out, resume, options, files).start()
-
-
 def _spec_paths(kind: str, value: str) -> list[Path]:
     if kind == "model":
         from simkit.models.loading import local_paths

@@ -30,6 +30,7 @@ def layers_command(
         "--tokenizer", help="hf:DIR whose tokenizer reads text:FILE data (default: MODEL when it is hf:).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON records.", metavar=FLAG)] = False,
 ) -> None:
+    """`simkit layers`: print MODEL's hookable layers (name, type, shape, parameters) as a table or JSON."""
     from simkit.data import load_data
     from simkit.errors import SimkitError
     from simkit.layers import layer_table, resolve_layers

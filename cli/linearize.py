@@ -69,6 +69,7 @@ def linearize_command(
     resume: ResumeOpt = False,
     no_report: NoReportOpt = False,
 ) -> None:
+    """`simkit linearize`: post-train learnable ReLU slopes over the ω × granularity sweep, into --out."""
     from simkit.data import load_data
     from simkit.linearization import LinearizeSettings, linearize
 

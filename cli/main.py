@@ -19,6 +19,7 @@ from simkit.cli.common import app
 
 
 def main() -> None:
+    """Run the `simkit` app; an uncaught exception prints its traceback and one line, exit code 1."""
     try:
         app()
     except Exception as exc:  # an internal error: say so briefly, exit 1

@@ -24,6 +24,7 @@ def napl_command(
     seed: SeedOpt = 0,
     trust: TrustOpt = False,
 ) -> None:
+    """`simkit napl`: print MODEL's NAPL and path-length distribution (a table, or JSON with --json)."""
     from simkit.data import load_data
     from simkit.linearization import path_lengths
 

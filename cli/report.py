@@ -15,6 +15,7 @@ from simkit.errors import SimkitError
 def report(
     run_dir: Annotated[Path, typer.Argument(metavar="DIR", help="A run directory written by a simkit command.")],
 ) -> None:
+    """`simkit report`: re-render DIR/report.html from a run directory's files (no recomputation)."""
     import simkit
     from simkit.report import render_report
 

@@ -22,6 +22,7 @@ from simkit.cli.common import (
     command,
     echo_err,
     finish,
+    load_cli_model,
     split_list,
 )
 from simkit.cli.inputs import cli_run_dir
@@ -97,6 +98,10 @@ def stitch_command(
         "never the evaluation set).")] = 0.1,
     cache_dir: Annotated[Path | None, typer.Option(
         "--cache-dir", help="IRI cache directory (default: runs/.iri-cache).", show_default=False)] = None,
+    weights_a: Annotated[Path | None, typer.Option(
+        "--weights-a", help="Local weights file for A (every seed loads it).")] = None,
+    weights_b: Annotated[Path | None, typer.Option(
+        "--weights-b", help="Local weights file for B (every seed loads it).")] = None,
     n: NOpt = None,
     seed: SeedOpt = 0,
     device: DeviceOpt = "cpu",
@@ -104,10 +109,10 @@ def stitch_command(
     resume: ResumeOpt = False,
     no_report: NoReportOpt = False,
 ) -> None:
+    """`simkit stitch`: stitch A's front into B's back at layer pairs, measure the penalty, into --out."""
     from torch.nn import Module
 
     from simkit.data import load_data
-    from simkit.models import load_model
     from simkit.seeding import pair_seeds
     from simkit.stitching import runner
     from simkit.stitching.settings import StitchSettings
@@ -118,21 +123,24 @@ def stitch_command(
         init=init.value, iri_steps=iri_steps, iri_tol=iri_tol, iri_seed=iri_seed.value,
         iri_optimizer=iri_optimizer.value, iri_step_size=iri_step_size, iri_lr=iri_lr,
         iri_batch_size=iri_batch_size, iri_restarts=iri_restarts, n=n, seed=seed, train=train, seeds=seeds,
-        val_every=val_every, val_fraction=val_fraction)
-    settings.validate()
+        val_every=val_every, val_fraction=val_fraction).validate()
     run_dir = cli_run_dir("stitch", out, resume, {**settings.to_dict(), "model_a": model_a, "model_b": model_b,
-                                                  "data": data, "test_data": test_data},
+                                                  "data": data, "test_data": test_data,
+                                                  "weights_a": weights_a, "weights_b": weights_b},
                           files={"model_a": "model", "model_b": "model", "data": "data",
-                                 "test_data": "data"})  # checked, not started
+                                 "test_data": "data", "weights_a": "path",
+                                 "weights_b": "path"})  # checked, not started
     first = pair_seeds(seed)  # A gets the seed, B seed + 1: the same spec twice gives two networks
-    net_a = load_model(model_a, seed=first["model_a"], trust=trust)
-    net_b = load_model(model_b, seed=first["model_b"], trust=trust)
+    net_a = load_cli_model(model_a, seed=first["model_a"], trust=trust, weights=weights_a)
+    net_b = load_cli_model(model_b, seed=first["model_b"], trust=trust, weights=weights_b)
 
     def build_a(s: int) -> Module:
-        return net_a if s == seed else load_model(model_a, seed=pair_seeds(s)["model_a"], trust=trust)
+        return net_a if s == seed else load_cli_model(model_a, seed=pair_seeds(s)["model_a"], trust=trust,
+                                                      weights=weights_a)
 
     def build_b(s: int) -> Module:
-        return net_b if s == seed else load_model(model_b, seed=pair_seeds(s)["model_b"], trust=trust)
+        return net_b if s == seed else load_cli_model(model_b, seed=pair_seeds(s)["model_b"], trust=trust,
+                                                      weights=weights_b)
 
     dataset = load_data(data, n=n, seed=seed)
     evaluation = load_data(test_data, seed=seed) if test_data is not None else None

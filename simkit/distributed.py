@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 
 def launched_by_torchrun() -> bool:
+    """True when torchrun started this process with a world size above 1."""
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1
 
 
@@ -54,18 +55,22 @@ def shutdown(ok: bool = True) -> None:
 
 
 def is_distributed() -> bool:
+    """True inside an initialised process group of more than one rank."""
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 def rank() -> int:
+    """This process's rank in the group (0 in one process)."""
     return dist.get_rank() if is_distributed() else 0
 
 
 def world_size() -> int:
+    """Number of ranks in the group (1 in one process)."""
     return dist.get_world_size() if is_distributed() else 1
 
 
 def is_main_process() -> bool:
+    """True on rank 0 (the rank that writes files), and in one process."""
     return rank() == 0
 
 
@@ -77,6 +82,7 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def barrier() -> None:
+    """Wait until every rank gets here (a no-op in one process)."""
     if is_distributed():
         dist.barrier()
 

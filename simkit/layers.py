@@ -202,43 +202,52 @@ def select_output(output: Any, output_index: int | str | None = None, layer: str
                               "output, but this layer outputs a plain Tensor; leave `output_index` out, or "
                               "choose layers whose outputs are tuples or dicts")
         return output
-    if output_index is None:
-        if isinstance(output, Mapping):
-            picked = output["last_hidden_state"] if "last_hidden_state" in output else \
-                next((v for v in output.values() if isinstance(v, Tensor)), None)
-        elif isinstance(output, list | tuple):
-            picked = next((v for v in output if isinstance(v, Tensor)), None)
-        else:
-            picked = output
-    else:
-        parts = output_index.split(".") if isinstance(output_index, str) else [output_index]
-        picked = output
-        for part in parts:
-            if isinstance(picked, Mapping):
-                keys = list(picked)
-                if part in picked:
-                    picked = picked[part]
-                    continue
-                what = f"a {type(picked).__name__} with keys {', '.join(map(repr, keys[:8]))}"
-            elif isinstance(picked, list | tuple):
-                keys = list(range(len(picked)))
-                what = f"a {type(picked).__name__} of {len(picked)} (indices 0 to {len(picked) - 1})"
-            else:
-                raise SimkitError(f"layer {layer!r}: output index {output_index!r} does not select a tensor "
-                                  f"from its {type(output).__name__} output: {part!r} indexes into a "
-                                  f"{type(picked).__name__}, which has no elements; choose a shorter index")
-            try:
-                position = int(part)
-            except (TypeError, ValueError):
-                position = None
-            if position is None or not -len(keys) <= position < len(keys):
-                raise SimkitError(f"layer {layer!r}: output index {output_index!r} does not select a tensor "
-                                  f"from its {type(output).__name__} output: {part!r} is out of range of {what}; "
-                                  "choose a valid index or key")
-            picked = list(picked.values())[position] if isinstance(picked, Mapping) else picked[position]
+    picked = _default_output(output) if output_index is None else _indexed_output(output, output_index, layer)
     if not isinstance(picked, Tensor):
         raise SimkitError(f"layer {layer!r} outputs {type(picked).__name__}, not a tensor; choose another "
                           "layer or an `output_index`")
+    return picked
+
+
+def _default_output(output: Any) -> Any:
+    """What :func:`select_output` picks without an index: a dict-like's ``last_hidden_state`` (else its
+    first tensor value), a tuple/list's first tensor (None when there is none), anything else itself."""
+    if isinstance(output, Mapping):
+        return output["last_hidden_state"] if "last_hidden_state" in output else \
+            next((v for v in output.values() if isinstance(v, Tensor)), None)
+    if isinstance(output, list | tuple):
+        return next((v for v in output if isinstance(v, Tensor)), None)
+    return output
+
+
+def _indexed_output(output: Any, output_index: int | str, layer: str) -> Any:
+    """The element of ``output`` that ``output_index`` (an int, a key or a dotted path) selects
+    (:func:`select_output`); SimkitError for a part that indexes nothing or is out of range."""
+    parts = output_index.split(".") if isinstance(output_index, str) else [output_index]
+    picked = output
+    for part in parts:
+        if isinstance(picked, Mapping):
+            keys = list(picked)
+            if part in picked:
+                picked = picked[part]
+                continue
+            what = f"a {type(picked).__name__} with keys {', '.join(map(repr, keys[:8]))}"
+        elif isinstance(picked, list | tuple):
+            keys = list(range(len(picked)))
+            what = f"a {type(picked).__name__} of {len(picked)} (indices 0 to {len(picked) - 1})"
+        else:
+            raise SimkitError(f"layer {layer!r}: output index {output_index!r} does not select a tensor "
+                              f"from its {type(output).__name__} output: {part!r} indexes into a "
+                              f"{type(picked).__name__}, which has no elements; choose a shorter index")
+        try:
+            position = int(part)
+        except (TypeError, ValueError):
+            position = None
+        if position is None or not -len(keys) <= position < len(keys):
+            raise SimkitError(f"layer {layer!r}: output index {output_index!r} does not select a tensor "
+                              f"from its {type(output).__name__} output: {part!r} is out of range of {what}; "
+                              "choose a valid index or key")
+        picked = list(picked.values())[position] if isinstance(picked, Mapping) else picked[position]
     return picked
 
 

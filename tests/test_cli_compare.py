@@ -253,7 +253,9 @@ def test_compare_defaults_lead_with_unbiased_cka_and_a_null(tmp_path):
     assert data["meta"]["method"]["linear_cka"]["hsic"] == "biased HSIC"
     html = (out / "report.html").read_text(encoding="utf-8")
     findings = html[html.index('id="findings"'):html.index("</section>", html.index('id="findings"'))]
-    assert findings.count("<p>") >= 2 and "unbiased_cka between " + MLP_A in findings
+    assert findings.count("<p>") >= 2 and "unbiased_cka between " + MLP_A + " (random init, seed 0)" in findings
+    assert f"{MLP_B} (random init, seed 1)" in findings
+    assert data["summary"]["weights_a"] == "random init, seed 0" and data["summary"]["weights_b"] == "random init, seed 1"
     assert "linear_cka in minibatch mode averages biased HSIC over batches of 64 samples" in html
     for metric in ("unbiased_cka", "linear_cka"):  # one sentence per measure against its chance level
         assert f"{metric}: " in findings and "above its 95th percentile of a 10-permutation null" in findings

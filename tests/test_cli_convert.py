@@ -145,3 +145,43 @@ def test_cli_auto_stages_and_a_rank_sweep(tmp_path):
     assert "rank" in json.dumps(settings) and "max_stage_steps" in json.dumps(settings)
     html = (tmp_path / "report.html").read_text()
     assert html.index('id="findings"') < html.index("<img") and "Rank sweep" in html
+
+
+def test_meta_records_the_settings_as_given_and_as_resolved(run_dir):
+    meta = json.loads((run_dir / "result.json").read_text())["meta"]
+    options = json.loads((run_dir / "inputs.json").read_text())["options"]
+    given, resolved = meta["settings_given"], meta["settings"]
+    assert given == {k: v for k, v in options.items() if k not in ("guide", "data", "weights")}
+    assert (given["stop_loss"], given["steps_per_stage"]) == ("auto", 3)
+    assert resolved["stop_loss"] is None and resolved["stage_steps"] == 3  # "auto" is off with a fixed number
+
+
+def test_cli_weights_load_the_guide_and_are_recorded(tmp_path, monkeypatch):
+    import hashlib
+
+    import torch
+
+    from simkit.errors import SimkitError
+    from simkit.models import load_model, save_model
+
+    saved = load_model(GUIDE, seed=7)
+    with torch.no_grad():
+        for p in saved.parameters():
+            p.add_(0.25)  # weights no seed initialises
+    path = save_model(saved, tmp_path / "guide", GUIDE)
+    seen = {}
+
+    def stop(guide, data, settings, *, run_dir, **kwargs):
+        seen.update(guide=guide, run_dir=run_dir)
+        raise SimkitError("stopped before converting")
+
+    monkeypatch.setattr("simkit.theseus.convert", stop)
+    result = CliRunner().invoke(app, ["convert", GUIDE, *TINY, "--weights", str(path), "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "stopped before converting" in result.output
+    x = torch.rand(5, 1, 8, 8)
+    with torch.no_grad():
+        assert torch.equal(seen["guide"](x), saved.eval()(x))
+        assert not torch.equal(seen["guide"](x), load_model(GUIDE, seed=0)(x))  # not the random init
+    record = seen["run_dir"].record
+    assert record["options"]["weights"] == str(path)
+    assert record["files"]["weights"] == {str(path): hashlib.sha256(path.read_bytes()).hexdigest()}

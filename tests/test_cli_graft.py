@@ -82,3 +82,48 @@ def test_bad_input_exits_2(tmp_path, args, message):
     result = CliRunner().invoke(app, ["graft", *args, "--out", str(tmp_path / "x"), "--n", "8"])
     assert result.exit_code == 2
     assert message in result.output
+
+
+def test_meta_records_the_settings_as_given_and_as_resolved(run):
+    meta = json.loads((run / "result.json").read_text())["meta"]
+    assert (meta["settings_given"]["after"], meta["settings_given"]["branch"]) == (None, None)
+    assert (meta["settings"]["after"], meta["settings"]["branch"]) == ("blocks.1", "llama")
+    assert json.loads((run / "inputs.json").read_text())["options"]["after"] is None
+
+
+@pytest.mark.parametrize("model", [TINY[0], None], ids=["model-spec", "built-in"])
+def test_cli_weights_load_the_model_and_are_recorded(tmp_path, monkeypatch, model):
+    import hashlib
+
+    import torch
+    from safetensors.torch import save_file
+
+    from simkit.errors import SimkitError
+    from simkit.grafting import BUILTIN
+    from simkit.models import load_model
+
+    spec = model or BUILTIN
+    saved = load_model(spec, seed=7)
+    with torch.no_grad():
+        for p in saved.parameters():
+            p.add_(0.25)  # weights no seed initialises
+    path = tmp_path / "w.safetensors"
+    save_file({k: v.detach().clone().contiguous() for k, v in saved.state_dict().items()}, str(path))
+    seen = {}
+
+    def stop(module, data, settings, *, run_dir, **kwargs):
+        seen.update(module=module, run_dir=run_dir)
+        raise SimkitError("stopped before grafting")
+
+    monkeypatch.setattr("simkit.grafting.graft", stop)
+    args = [model] if model else []
+    result = CliRunner().invoke(app, ["graft", *args, "--steps", "6", "--n", "8", "--weights", str(path),
+                                      "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "stopped before grafting" in result.output
+    tokens = torch.randint(0, 50, (2, 8))
+    with torch.no_grad():
+        assert torch.equal(seen["module"](tokens), saved.eval()(tokens))
+        assert not torch.equal(seen["module"](tokens), load_model(spec, seed=0)(tokens))  # not the random init
+    record = seen["run_dir"].record
+    assert record["options"]["weights"] == str(path)
+    assert record["files"]["weights"] == {str(path): hashlib.sha256(path.read_bytes()).hexdigest()}

@@ -142,3 +142,40 @@ def test_cli_test_data_of_another_shape_exits_2(tmp_path, common):
     assert result.exit_code == 2, result.output
     assert "--test-data samples have shape (1, 40)" in result.output
     assert not (tmp_path / "r" / "result.json").exists()
+
+
+def test_cli_weights_load_a_and_b_for_every_seed_and_are_recorded(tmp_path, monkeypatch, common):
+    import hashlib
+
+    from simkit.errors import SimkitError
+    from simkit.models import load_model, save_model
+
+    saved = {}
+    for side, shift in (("a", 0.25), ("b", -0.25)):
+        model = load_model(MODEL, seed=7)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(shift)  # weights no seed initialises
+        saved[side] = (model.eval(), save_model(model, tmp_path / side, MODEL))
+    seen = {}
+
+    def stop(build_a, build_b, data, settings, *, run_dir, **kwargs):
+        seen.update(build_a=build_a, build_b=build_b, run_dir=run_dir)
+        raise SimkitError("stopped before stitching")
+
+    monkeypatch.setattr("simkit.stitching.runner.stitch", stop)
+    result = CliRunner().invoke(app, ["stitch", MODEL, MODEL, *common, "--layer-a", "blocks.0", "--layer-b",
+                                      "blocks.0", "--seeds", "2", "--weights-a", str(saved["a"][1]),
+                                      "--weights-b", str(saved["b"][1]), "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "stopped before stitching" in result.output
+    x = torch.rand(5, 1, 8, 8)
+    with torch.no_grad():
+        for side in ("a", "b"):
+            for seed in (0, 1):
+                assert torch.equal(seen[f"build_{side}"](seed)(x), saved[side][0](x)), (side, seed)
+        assert not torch.equal(seen["build_a"](0)(x), load_model(MODEL, seed=0)(x))  # not the random init
+    record = seen["run_dir"].record
+    for side in ("a", "b"):
+        path = saved[side][1]
+        assert record["options"][f"weights_{side}"] == str(path)
+        assert record["files"][f"weights_{side}"] == {str(path): hashlib.sha256(path.read_bytes()).hexdigest()}

@@ -269,7 +269,7 @@ def by_engine(mode: str, caches: bool) -> Callable[[Case, dict[str, object]], di
             else:
                 with tempfile.TemporaryDirectory() as tmp:
                     paths = [simkit.capture(model, index, f"{tmp}/{side}", layers=names, batch_size=c.batch,
-                                            progress=False) for side, model, names in zip("ab", models, layers)]
+                                            progress=False) for side, model, names in zip("ab", models, layers, strict=True)]
                     result = simkit.compare_caches(*paths, settings, layers_a=layers[0], layers_b=layers[1],
                                                    progress=False)
         return {m: result.matrix(m).to_numpy(dtype=float, na_value=np.nan) for m in chosen}

@@ -258,7 +258,7 @@ def test_cca_refusal_names_the_layers_with_n_minus_1_features_and_the_fixes():
     assert "enc.2 (600 features)" in line and "dec.0 (512 features)" in line
     assert "enc.1" not in line and "dec.1" not in line
     assert "n = 500" in line and "n - 1 = 499" in line
-    assert "`cca_eps` > 0" in line and 'reduce="mean"' in line and "svcca" in line
+    assert "`cca_eps` > 0" in line and "`reduce`=mean" in line and "svcca" in line
     assert line.startswith("cca would be undefined")
     # exactly n - 1 features is already degenerate; n - 2 is not
     assert cca_refusal(["pwcca"], [499], [10], 500, 0.0) is not None

@@ -108,7 +108,7 @@ def test_restarts_only_improve_and_record_the_seed_they_came_from():
         a_x = front(x).double().flatten(1).numpy()
     ref = np.linalg.norm(a_iri - a_x, axis=1) / np.linalg.norm(a_x, axis=1)
     np.testing.assert_allclose(again.rel_error.numpy(), ref, rtol=1e-4, atol=1e-6)
-    with pytest.raises(SimkitError, match="restarts must be >= 0"):
+    with pytest.raises(SimkitError, match="`restarts` must be an integer >= 0"):
         IRISettings(restarts=-1).validate()
 
 

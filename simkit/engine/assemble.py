@@ -115,14 +115,16 @@ def engine_meta(run: Run, measured: Measured, *, seconds: float, timings: Mappin
 
 def compare_result(run: Run, measured: Measured, *, model_a: str, model_b: str, data: str,
                    layers_a: Sequence[str], layers_b: Sequence[str], layer_rows: Sequence[Mapping[str, Any]],
-                   seconds: float, timings: Mapping[str, float] | None = None, **fields: Any) -> CompareResult:
+                   seconds: float, timings: Mapping[str, float] | None = None,
+                   weights: tuple[str, str] = ("unknown", "unknown"), **fields: Any) -> CompareResult:
     """A CompareResult (models or caches): similarity and layers tables, the contract summary, meta.
 
     layers_a/layers_b: the chosen layers (matrix rows and columns); layer_rows: one row per chosen layer
-    and side (model, name, type, shape, reduction, dim)."""
+    and side (model, name, type, shape, reduction, dim); weights: what each model's weights are."""
     frame = similarity_frame(measured.values, layers_a, layers_b, drawn(measured))
     layers = pd.DataFrame(list(layer_rows))
-    summary = {"model_a": model_a, "model_b": model_b, "data": data, "n": measured.rows,
+    summary = {"model_a": model_a, "model_b": model_b, "weights_a": weights[0], "weights_b": weights[1],
+               "data": data, "n": measured.rows,
                "mode": run.settings.mode, "metrics": list(run.settings.metrics), "n_layers_a": len(layers_a),
                "n_layers_b": len(layers_b), "batch_size": run.settings.batch_size, "seconds": round(seconds, 3),
                "warnings": list(measured.warnings)}

@@ -17,6 +17,7 @@ from torch import nn
 
 from simkit import distributed
 from simkit.engine.batches import check_batch_size, count_rows, data_label, global_batches, steps
+from simkit.engine.comparison import weights_of
 from simkit.engine.sources import FORMAT, MANIFEST, Tap
 from simkit.errors import SimkitError
 from simkit.forward import resolve_device
@@ -146,7 +147,8 @@ def capture(model: nn.Module, data: Any, out: str | Path, *, layers: str | Seque
     start_writing()
     samples_sha256, digest_of = digest.result(rows)
     manifest = run_meta(
-        format=FORMAT, model=model_name, data=data_label(data, data_name), n=rows, seed=seed,
+        format=FORMAT, model=model_name, weights=weights_of(model), data=data_label(data, data_name), n=rows,
+        seed=seed,
         samples_sha256=samples_sha256, samples_digest_of=digest_of,
         batch_size=batch_size, reduce=reduce, dtype=str(dtype).replace("torch.", ""),
         layers=[{k: v for k, v in row.items() if k != "model"} for row in layer_rows],

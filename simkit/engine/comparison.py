@@ -58,6 +58,16 @@ def check_data(data: Any) -> Any:
     return data
 
 
+def weights_of(model: nn.Module) -> str:
+    """What a model's weights are, for reports: "random init, seed 0", the weights file, "pretrained
+    (the hf: directory)" (from ``simkit.models.load_model``), else "as given (a module simkit did not load)"."""
+    weights = getattr(model, "simkit_weights", None)
+    if not isinstance(weights, str):
+        return "as given (a module simkit did not load)"
+    seed = getattr(model, "simkit_seed", None)
+    return f"{weights}, seed {seed}" if weights == "random init" and isinstance(seed, int) else weights
+
+
 def _seeds_of(model_a: nn.Module, model_b: nn.Module) -> dict[str, int]:
     """The seeds ``simkit.models.load_model`` initialised the models with (``model.simkit_seed``), if known."""
     seeds = {side: getattr(model, "simkit_seed", None) for side, model in (("model_a", model_a), ("model_b", model_b))}
@@ -129,7 +139,8 @@ def compare(model_a: nn.Module, model_b: nn.Module, data: Any, settings: Compare
                "output_index": output_index}, _seeds_of(model_a, model_b))
     return compare_result(run, measured, model_a=names[0], model_b=names[1], data=data_label(data, data_name),
                           layers_a=chosen_a, layers_b=chosen_b, layer_rows=taps.layer_rows(measured),
-                          seconds=seconds, timings={"forward": taps.forward_seconds()})
+                          seconds=seconds, timings={"forward": taps.forward_seconds()},
+                          weights=(weights_of(model_a), weights_of(model_b)))
 
 
 def compare_caches(path_a: str | Path, path_b: str | Path, settings: CompareSettings | None = None, *,
@@ -158,7 +169,9 @@ def compare_caches(path_a: str | Path, path_b: str | Path, settings: CompareSett
     return compare_result(
         run, measured, model_a=manifests[0]["model"], model_b=manifests[1]["model"], data=manifests[0]["data"],
         layers_a=chosen[0], layers_b=chosen[1], layer_rows=cached_layer_rows(manifests, chosen),
-        seconds=time.perf_counter() - started, caches=[str(path_a), str(path_b)])
+        seconds=time.perf_counter() - started, caches=[str(path_a), str(path_b)],
+        weights=(manifests[0].get("weights", "unknown (an older cache)"),
+                 manifests[1].get("weights", "unknown (an older cache)")))
 
 
 def cache_activations(paths: Sequence[str | Path], chosen: Sequence[list[str]], settings: CompareSettings,

@@ -55,6 +55,7 @@ E2_COLUMNS = ("step", "loss", "alpha", "alpha_grad", "branch_max_abs_grad", "bra
 
 
 def float_bits(values: list[float]) -> list[int]:
+    """The IEEE-754 float64 bit pattern of each value as an unsigned 64-bit int (for bit-exact comparison)."""
     return [struct.unpack("<Q", struct.pack("<d", float(v)))[0] for v in values]
 
 

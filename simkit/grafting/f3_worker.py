@@ -22,6 +22,7 @@ from simkit.io import write_json
 
 
 def main(argv: list[str]) -> None:
+    """F3 training from ``argv`` = INPUTS RUN_DIR fresh|resume [HANG_AT]; writes RUN_DIR/f3_losses.json."""
     inputs, run_dir, mode = argv[:3]
     hang_at = int(argv[3]) if len(argv) > 3 else None
     folder = Path(inputs)

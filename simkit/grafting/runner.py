@@ -62,14 +62,14 @@ def graft(model: nn.Module | None, data: Dataset | None, settings: GraftSettings
         against the settings and fingerprints of ``model`` and ``data``, so ``resume`` refuses other
         inputs. resume: continue the E2 arms from their checkpoints. progress: show progress bars.
     Everything is validated (settings, data against the model, the graft itself in E1) before the
-    run directory is started.
+    run directory is started. ``meta.settings``: the settings resolved (``after``, ``branch`` and the
+    model's name filled in); ``meta.settings_given``: as given (what the run directory records).
     """
-    settings = settings or GraftSettings()
+    settings = (settings if settings is not None else GraftSettings()).validate()  # the rules run once per run
     if model is None:
         if settings.model not in (None, BUILTIN):
             raise SimkitError(f"`model` is None, which runs the built-in {BUILTIN}, but `settings.model` names "
                               f"{settings.model!r}; load it with simkit.models.load_model and pass it as `model`")
-        settings.validate()
         model = load_model(BUILTIN, seed=settings.seed)
     builtin = is_builtin(model)
     name = settings.model or (BUILTIN if builtin else type(model).__name__)
@@ -115,7 +115,7 @@ def graft(model: nn.Module | None, data: Dataset | None, settings: GraftSettings
         summary["e1_note"] = e1_note
     summary.update(verdict(summary, [*e1["mismatches"], *e1["site_mismatches"]]))
     data_name = s.data or (data.spec if data is not None else MARKOV_DATA)
-    meta = run_meta(settings=s.to_dict(), model=name, data=data_name, seed=s.seed, loss_kind=task.loss_kind,
+    meta = run_meta(settings=s.to_dict(), settings_given=settings.to_dict(), model=name, data=data_name, seed=s.seed, loss_kind=task.loss_kind,
                     timings=timer.seconds, cpu_seconds=cpu, threads=s.threads, e2_optimizer="sgd",
                     f3_optimizer="adamw")
     tables = {"e1": e1, "e2": e2, "e2_arms": e2_arms, "e3": e3, "f3": f3}

@@ -60,19 +60,30 @@ class GraftSettings:
     max_e3_sites: int = 12
     threads: int = 1
 
-    def validate(self, builtin: bool | None = None) -> None:
-        """Raise SimkitError (naming the field in backticks) for settings that cannot run.
+    def validate(self) -> GraftSettings:
+        """The one place the rules of these settings live: a validated copy (``self`` when it was validated
+        and has not changed since, so the rules run once per run whichever entry point receives it); a
+        SimkitError names the first field that cannot run (in backticks). The one rule that needs the
+        model (a user's model needs ``after``) is :meth:`resolved`'s, which fills in the defaults."""
+        if vars(self).get("_validated_as") == self.to_dict():
+            return self
+        self._validate_choices()
+        self._validate_numbers()
+        out = replace(self)
+        vars(out)["_validated_as"] = out.to_dict()
+        return out
 
-        builtin: whether the model is the built-in one (None: not known yet, `after` not checked).
-        """
-        if builtin is False and self.after is None:
-            raise SimkitError("`after` is required with a MODEL; run `simkit layers MODEL` to list module names")
+    def _validate_choices(self) -> None:
+        """The checks of ``gate`` and ``branch`` (:meth:`validate`)."""
         if self.gate not in GATES:
             raise SimkitError(f"`gate`: unknown gate {self.gate!r}; use shadow, net2net or double_zero")
         if self.gate == "double_zero" and not self.allow_double_zero:
             raise SimkitError(DOUBLE_ZERO)
         if self.branch is not None and self.branch not in BRANCHES:
             raise SimkitError(f"`branch`: unknown branch {self.branch!r}; use one of {', '.join(BRANCHES)}")
+
+    def _validate_numbers(self) -> None:
+        """The checks of the counts, learning rates and seed (:meth:`validate`)."""
         for name in ("steps", "batch_size", "seq_len", "max_e3_sites", "threads"):
             if not _integer(getattr(self, name)) or getattr(self, name) < 1:
                 raise SimkitError(f"`{name}` must be a positive integer, got {getattr(self, name)!r}")
@@ -92,11 +103,16 @@ class GraftSettings:
             raise SimkitError(f"`seed` must be an integer, got {self.seed!r}")
 
     def resolved(self, builtin: bool) -> GraftSettings:
-        """Validated, with the defaults that depend on the model filled in: after = blocks.1 and
-        branch = llama for the built-in model, branch = mlp otherwise."""
-        self.validate(builtin)
-        return replace(self, after=self.after or BUILTIN_AFTER,
-                       branch=self.branch or ("llama" if builtin else "mlp"))
+        """Validated (:meth:`validate`), with the defaults that depend on the model filled in: after =
+        blocks.1 and branch = llama for the built-in model, branch = mlp otherwise (``meta.settings``;
+        ``to_dict()`` of the settings as given is ``inputs.json`` and ``meta.settings_given``).
+
+        builtin: whether the model is the built-in one; a user's model has no default ``after``."""
+        given = self.validate()
+        if not builtin and given.after is None:
+            raise SimkitError("`after` is required with a MODEL; run `simkit layers MODEL` to list module names")
+        return replace(given, after=given.after or BUILTIN_AFTER,
+                       branch=given.branch or ("llama" if builtin else "mlp"))
 
     def site(self) -> tuple[str, str]:
         """(after, branch) of :meth:`resolved` settings."""

@@ -347,6 +347,6 @@ def cca_refusal(metrics: Sequence[str], dims_a: Sequence[int], dims_b: Sequence[
     what = " and ".join(chosen) if len(chosen) <= 2 else ", ".join(chosen[:-1]) + " and " + chosen[-1]
     return (f"{what} would be undefined (NaN) for every pair of layer{'s' if len(wide) > 1 else ''} "
             f"{', '.join(wide)}: at n = {n} samples a layer with n - 1 = {n - 1} features or more makes every "
-            "canonical correlation 1 whatever the data. Set `cca_eps` > 0 (ridge), reduce the layer (e.g. "
-            "`reduce=\"mean\"`), use svcca instead, or use more than "
+            "canonical correlation 1 whatever the data. Set `cca_eps` > 0 (ridge), reduce the layer (`reduce`=mean), "
+            "use svcca instead, or use more than "
             f"{max(int(d) for d in (*dims_a, *dims_b)) + 1} samples")

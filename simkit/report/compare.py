@@ -21,7 +21,8 @@ def _is_distance(metric: str) -> bool:
 
 
 _SUMMARY_LABELS = {
-    "model_a": "model A", "model_b": "model B", "data": "data", "n": "samples (n)", "mode": "mode",
+    "model_a": "model A", "weights_a": "weights of A", "model_b": "model B", "weights_b": "weights of B",
+    "data": "data", "n": "samples (n)", "mode": "mode",
     "metrics": "metrics", "n_layers_a": "layers of A", "n_layers_b": "layers of B",
     "batch_size": "batch size", "seconds": "seconds", "warnings": "warnings",
 }
@@ -150,6 +151,12 @@ def _f(value: float) -> str:
     return "n/a" if value != value else f"{value:.3f}"
 
 
+def _named(summary: dict[str, Any], side: str) -> str:
+    """"spec (its weights)" for the findings: a reader must know whether the models are trained."""
+    name, weights = summary.get(f"model_{side}", side.upper()), summary.get(f"weights_{side}")
+    return f"{name} ({weights})" if weights else str(name)
+
+
 def _peak_chance(info: dict[str, Any] | None, i: int, j: int) -> str:
     """", beats chance" or ", not beyond chance (chance level c)" for the named peak pair; "" unknown."""
     if info is None or not np.isfinite(info["chance"][i, j]):
@@ -205,7 +212,7 @@ def findings(summary: dict[str, Any], matrices: dict[str, pd.DataFrame], band: l
     i, j = np.unravel_index(np.nanargmax(values) if not _is_distance(metric) else np.nanargmin(values),
                             values.shape)
     word = "lowest" if _is_distance(metric) else "highest"
-    out = [f"{metric} between {summary.get('model_a', 'A')} and {summary.get('model_b', 'B')} on "
+    out = [f"{metric} between {_named(summary, 'a')} and {_named(summary, 'b')} on "
            f"{summary.get('data', 'the data')} (n = {summary.get('n', '?')}, {summary.get('mode', '?')} mode"
            f"{', ' + reductions if reductions else ''}) averages {_f(float(np.nanmean(values)))} over "
            f"{values.shape[0]} × {values.shape[1]} layer pairs, from {_f(float(np.nanmin(values)))} to "
@@ -367,6 +374,8 @@ def context(result) -> dict[str, Any]:
         "summary_rows": summary_rows(summary, _SUMMARY_LABELS),
         "model_a": model_a,
         "model_b": model_b,
+        "weights_a": summary.get("weights_a"),
+        "weights_b": summary.get("weights_b"),
         "metrics": metrics,
         "notes": [MEASURES[m].note for m in metrics if m in MEASURES and MEASURES[m].note],
         "heatmaps": heatmaps,

@@ -282,6 +282,7 @@ def _plain(value: Any) -> Any:
 
 
 def score_plot(runs: pd.DataFrame, score: str):
+    """Grouped bars of ``score``: one group per arm, one bar per role (guide, probe, converted, ...)."""
     roles = [r for r in _ROLES if f"{r}_{score}" in runs.columns and runs[f"{r}_{score}"].notna().any()]
     if runs.empty or not roles:
         return None
@@ -291,6 +292,7 @@ def score_plot(runs: pd.DataFrame, score: str):
 
 
 def layer_heatmap(table: pd.DataFrame | None):
+    """Heatmap of linear CKA, converted target layers × guide layers; None without a layer_cka table."""
     if table is None or table.empty:
         return None
     wide = table.pivot_table(index="layer_converted", columns="layer_guide", values="value", aggfunc="first",
@@ -386,6 +388,7 @@ def cautions(summary: dict[str, Any], tables: dict[str, pd.DataFrame], meta: dic
 
 
 def context(result) -> dict[str, Any]:
+    """Everything ``convert.html.j2`` shows, prepared from ``result`` (a ConvertResult)."""
     summary, extra, tables = result.summary, result.extra, result.tables
     score = extra.get("score", "accuracy")
     runs = tables.get("runs", pd.DataFrame())

@@ -122,6 +122,7 @@ def cautions(summary: dict[str, Any], e3_rows: list[dict[str, Any]]) -> list[str
 
 
 def context(result) -> dict[str, Any]:
+    """Everything ``graft.html.j2`` shows, prepared from ``result`` (a GraftResult)."""
     tables = result.tables
     e2, e3, f3 = tables.get("e2"), tables.get("e3"), tables.get("f3")
     figures: dict[str, Any] = {}

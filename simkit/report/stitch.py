@@ -382,6 +382,7 @@ def _headline(summary: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def context(result) -> dict[str, Any]:
+    """Everything ``stitch.html.j2`` shows, prepared from ``result`` (a StitchResult)."""
     table = result.tables.get("stitching", pd.DataFrame())
     meta, extra = result.meta, result.extra
     grouped = _with_groups(table, meta) if len(table) else table

@@ -33,7 +33,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from simkit.distributed import is_main_process
-from simkit.errors import SimkitError
+from simkit.errors import SimkitError, check_real
 from simkit.io import atomic_write
 from simkit.progress import progress_bar
 from simkit.seeding import generator as seeded_generator
@@ -59,16 +59,20 @@ class IRISettings:
     batch_size: int = 256
     restarts: int = 3
 
-    def validate(self) -> None:
+    def validate(self, prefix: str = "") -> None:
+        """The one place the IRI rules live: a SimkitError naming the first bad field in backticks, as
+        ``prefix`` + its name (``StitchSettings`` validates its ``iri_*`` fields here)."""
         if self.seed not in SEEDS:
-            raise SimkitError(f"unknown IRI seed {self.seed!r}; use 'data' (another training input) or 'noise'")
+            raise SimkitError(f"`{prefix}seed` must be 'data' (another training input) or 'noise', got {self.seed!r}")
         if self.optimizer not in OPTIMIZERS:
-            raise SimkitError(f"unknown IRI optimizer {self.optimizer!r}; use 'sgd' or 'adam'")
-        if self.steps < 0 or self.batch_size < 1 or self.restarts < 0:
-            raise SimkitError(f"IRI steps and restarts must be >= 0 and batch size >= 1, got {self.steps}, "
-                              f"{self.restarts}, {self.batch_size}")
-        if not self.tol >= 0:
-            raise SimkitError(f"IRI tolerance must be >= 0, got {self.tol}")
+            raise SimkitError(f"`{prefix}optimizer` must be 'sgd' or 'adam', got {self.optimizer!r}")
+        for name, low in (("steps", 0), ("batch_size", 1), ("restarts", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise SimkitError(f"`{prefix}{name}` must be an integer >= {low}, got {value!r}")
+        check_real(f"{prefix}tol", self.tol, 0)
+        check_real(f"{prefix}step_size", self.step_size, 0, strict=True)
+        check_real(f"{prefix}lr", self.lr, 0, strict=True)
 
 
 @dataclass

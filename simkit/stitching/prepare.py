@@ -62,8 +62,7 @@ def checked_settings(settings: StitchSettings | None) -> StitchSettings:
     settings = settings if settings is not None else StitchSettings()
     if not isinstance(settings, StitchSettings):
         raise SimkitError(f"`settings` must be a StitchSettings, got {type(settings).__name__}")
-    settings.validate()
-    return settings
+    return settings.validate()
 
 
 def check_arguments(model_a: Any, model_b: Any, data: Any) -> None:

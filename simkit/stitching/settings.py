@@ -7,11 +7,11 @@ command line maps a library message's backticked field names to its flags.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from simkit.errors import SimkitError, check_real
-from simkit.stitching.iri import OPTIMIZERS, SEEDS, IRISettings
+from simkit.stitching.iri import IRISettings
 from simkit.stitching.objectives import parse_objectives
 from simkit.stitching.pairs import check_layer_choice
 
@@ -86,29 +86,21 @@ class StitchSettings:
                            optimizer=self.iri_optimizer, step_size=self.iri_step_size, lr=self.iri_lr,
                            batch_size=self.iri_batch_size, restarts=self.iri_restarts)
 
-    def validate(self) -> None:
-        """Raise SimkitError naming the first field that cannot run."""
+    def validate(self) -> StitchSettings:
+        """The one place the rules of a stitching run's settings live (the ``iri_*`` fields'
+        are :meth:`IRISettings.validate`'s): a validated copy (``self`` when it was validated and has not
+        changed since, so the rules run once per run whichever entry point receives it); a SimkitError
+        names the first field that cannot run (in backticks)."""
+        if vars(self).get("_validated_as") == self.to_dict():
+            return self
         check_layer_choice(self.layer_a, self.layer_b, self.layers)
         self.objectives  # noqa: B018  (parsing is the check)
         if self.init not in INITS:
             raise SimkitError(f"`init` must be 'lstsq' (least squares) or 'default', got {self.init!r}")
         _at_least("steps", self.steps, 0)
         _at_least("batch_size", self.batch_size, 1)
-        if not self.lr > 0:
-            raise SimkitError(f"`lr` must be positive, got {self.lr}")
         check_real("lr", self.lr, 0, strict=True)
-        if self.iri_seed not in SEEDS:
-            raise SimkitError(f"`iri_seed` must be 'data' (another training input) or 'noise', got {self.iri_seed!r}")
-        if self.iri_optimizer not in OPTIMIZERS:
-            raise SimkitError(f"`iri_optimizer` must be 'sgd' or 'adam', got {self.iri_optimizer!r}")
-        _at_least("iri_steps", self.iri_steps, 0)
-        _at_least("iri_batch_size", self.iri_batch_size, 1)
-        _at_least("iri_restarts", self.iri_restarts, 0)
-        if not self.iri_tol >= 0:
-            raise SimkitError(f"`iri_tol` must be >= 0, got {self.iri_tol}")
-        check_real("iri_tol", self.iri_tol, 0)
-        check_real("iri_step_size", self.iri_step_size, 0, strict=True)
-        check_real("iri_lr", self.iri_lr, 0, strict=True)
+        self.iri_settings().validate(prefix="iri_")
         if self.n is not None:
             _at_least("n", self.n, 1)
         _at_least("examples", self.examples, 0)
@@ -120,7 +112,9 @@ class StitchSettings:
         check_real("val_fraction", self.val_fraction, 0, strict=True)
         if not self.val_fraction < 1:
             raise SimkitError(f"`val_fraction` must be a fraction in (0, 1), e.g. 0.1, got {self.val_fraction}")
-        self.iri_settings().validate()
+        out = replace(self)
+        vars(out)["_validated_as"] = out.to_dict()
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -119,6 +119,7 @@ def output_projections(branch: nn.Module) -> list[nn.Module]:
 
 @torch.no_grad()
 def zero_output_projections(branch: nn.Module) -> None:
+    """Zero, in place, the own parameters of the branch's output projections (net2net's zero output)."""
     for layer in output_projections(branch):
         for p in layer.parameters(recurse=False):
             p.zero_()

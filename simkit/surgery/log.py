@@ -37,10 +37,6 @@ class GraftLog:
     def to_list(self) -> list[dict[str, Any]]:
         return copy.deepcopy(self.records)
 
-    @classmethod
-    def from_list(cls, records: list[dict[str, Any]]) -> GraftLog:
-        return cls(records)
-
     def to_json(self) -> str:
         """The records as indented JSON text (write it with ``simkit.io.write_text``, atomically)."""
         return json.dumps(self.records, indent=2) + "\n"

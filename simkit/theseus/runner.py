@@ -82,8 +82,7 @@ def convert(guide: nn.Module, data: Dataset, settings: ConvertSettings | None = 
     leaves an earlier run in ``run_dir`` as it was. Returns a ConvertResult.
     """
     timer = Timer()
-    if settings is None:
-        settings = ConvertSettings()
+    settings = (settings if settings is not None else ConvertSettings()).validate()  # once per run
     sweep = _check_arguments(guide, data, settings, plan)
     device = resolve_device(device)
     inputs = _run_inputs(guide, data, settings, run_dir)
@@ -133,8 +132,7 @@ class _Prepared:
 
 def _check_arguments(guide: nn.Module, data: Dataset, settings: ConvertSettings,
                      plan: ReplacementPlan | dict[Any, Any] | None) -> Sweep:
-    """The settings validated, the argument types and the plan/recipe choice checked; returns the arms."""
-    settings.validate()
+    """The argument types and the plan/recipe choice checked (``settings``: validated); returns the arms."""
     if not isinstance(guide, nn.Module):
         raise SimkitError(f"`guide` must be a torch.nn.Module, got {type(guide).__name__}; load a spec with "
                           "simkit.models.load_model")
@@ -498,15 +496,14 @@ def _extra(ctx: RunContext, prep: _Prepared, outcome: _Outcome) -> dict[str, Any
 def _meta(ctx: RunContext, names: tuple[str, str]) -> dict[str, Any]:
     """Run metadata: the settings with what they resolved to, the split sizes and the phase timings."""
     settings, data = ctx.settings, ctx.data
-    # the settings as given, with the values they resolved to (head epochs, fine-tuning lr, eval rows)
-    recorded = {**settings.to_dict(), "head_epochs": settings.effective_head_epochs,
-                "finetune_lr": settings.effective_finetune_lr, "guide_lr": settings.effective_guide_lr,
-                "stop_loss": settings.effective_stop_loss, "stage_steps": settings.stage_steps,
-                "eval_samples": rows(data.eval_x), "device": str(ctx.device)}
+    # the settings resolved (stop_loss, stage_steps, head epochs, fine-tuning lr, eval rows, device);
+    # settings_given: as given (what inputs.json records)
+    recorded = {**settings.resolved(), "eval_samples": rows(data.eval_x), "device": str(ctx.device)}
     # one entry per phase: the training calls by checkpoint name, then the other phases
     timings = {**ctx.fit.seconds, **ctx.timer.seconds}
     return run_meta(guide=names[0], data=names[1], seed=ctx.seed, n=settings.n, n_train=rows(data.train[0]),
                     n_val=data.n_val, n_test=rows(data.test[0]), settings=recorded,
+                    settings_given=settings.to_dict(),
                     timings={k: round(v, 3) for k, v in timings.items()})
 
 

@@ -8,8 +8,8 @@ Slots are numbered 0..S−1 in forward order. A schedule is a list of :class:`St
   frozen earlier terms carry no gradient).
 - independent: module l trains alone on the guide's own input to it, d(T_l(G_in_l), G_l); after the
   last stage every module is swapped in together.
-- joint: every module swapped in at once, all train, loss over all layers; S × steps-per-stage steps
-  (the same alignment budget as the staged schedules).
+- joint: every module swapped in at once, all train, loss over all layers; S × the stage budget
+  (``stage_steps``: the same alignment budget as the staged schedules).
 
 The guide is frozen: :func:`guide_cache` runs it once over the data (one forward pass per batch) and
 keeps every slot's output (and, for independent, input) for all samples; every stage of every
@@ -51,23 +51,25 @@ class Stage:
     steps: int
 
 
-def plan_stages(schedule: str, n_slots: int, steps_per_stage: int) -> list[Stage]:
-    """The stages of ``schedule`` for ``n_slots`` modules."""
+def plan_stages(schedule: str, n_slots: int, stage_steps: int) -> list[Stage]:
+    """The stages of ``schedule`` for ``n_slots`` modules.
+
+    stage_steps: the step budget of one stage, ``ConvertSettings.stage_steps`` (validated there): the
+    fixed ``steps_per_stage``, or the cap ``max_stage_steps`` of an automatic stage; joint's one stage
+    gets it times ``n_slots``."""
     if schedule not in SCHEDULES:
         raise unknown_name_error("schedule", schedule, SCHEDULES, f"valid: {', '.join(SCHEDULES)}")
-    if steps_per_stage < 1:
-        raise SimkitError(f"`steps_per_stage` must be at least 1, got {steps_per_stage}")
     every = tuple(range(n_slots))
     if schedule == "joint":
-        return [Stage("joint", every, every, every, n_slots - 1, False, steps_per_stage * n_slots)]
+        return [Stage("joint", every, every, every, n_slots - 1, False, stage_steps * n_slots)]
     stages = []
     for s in range(n_slots):
         if schedule == "progressive":
-            stages.append(Stage(f"stage{s + 1}", (s,), every[:s + 1], every[:s + 1], s, False, steps_per_stage))
+            stages.append(Stage(f"stage{s + 1}", (s,), every[:s + 1], every[:s + 1], s, False, stage_steps))
         elif schedule == "sequential":
-            stages.append(Stage(f"stage{s + 1}", (s,), (s,), (s,), s, False, steps_per_stage))
+            stages.append(Stage(f"stage{s + 1}", (s,), (s,), (s,), s, False, stage_steps))
         else:
-            stages.append(Stage(f"stage{s + 1}", (), (s,), (s,), None, True, steps_per_stage))
+            stages.append(Stage(f"stage{s + 1}", (), (s,), (s,), None, True, stage_steps))
     return stages
 
 

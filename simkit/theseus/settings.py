@@ -31,7 +31,7 @@ class ConvertSettings:
     given; None with a plan). schedule / metric / guide_init / rank: every combination is converted (one ``runs`` row
     each). baselines: scratch and/or kd (an empty list for none). plan: the ``FILE.py:FUNCTION`` text of
     a plan file, kept for the record (the plan itself is passed to ``convert`` as an object).
-    rank (conv-to-mlp; an int or a list: a rank sweep), group (deep-to-shallow), cell
+    rank (conv-to-mlp; an int or a list, or a comma string ``"64,256"``: a rank sweep), group (deep-to-shallow), cell
     (attention-to-rnn): recipe parameters. Baselines are built with the first rank.
     steps_per_stage: ``"auto"`` (the paper's stage control: a stage ends when the EMA of its loss is
     below ``stop_loss`` or at ``max_stage_steps``; a plateau of the EMA multiplies the LR by
@@ -65,7 +65,7 @@ class ConvertSettings:
     metric: list[str] = field(default_factory=lambda: ["cka"])
     baselines: list[str] = field(default_factory=lambda: ["scratch", "kd"])
     plan: str | None = None
-    rank: int | list[int] = 256
+    rank: int | list[int] | str = 256
     group: int = 2
     cell: str = "gru"
     steps_per_stage: int | str = "auto"
@@ -93,7 +93,20 @@ class ConvertSettings:
     compare_layers: bool = True
 
     def validate(self) -> ConvertSettings:
-        """Raise a SimkitError naming the first invalid field (in backticks); returns ``self``."""
+        """The one place the rules of a conversion's settings live: a validated, normalised copy (``self``
+        when it was validated and has not changed since, so the rules run once per run whichever entry
+        point receives it); a SimkitError names the first invalid field (in backticks).
+
+        Normalised: ``steps_per_stage`` ``"auto"`` or an int (a whole-number string such as ``"3"`` is
+        read as one), ``stop_loss`` ``"auto"``, a float or None (``"none"`` and number strings are
+        read), ``rank`` an int or a list of ints (a comma string ``"64,256"`` is read as a list).
+        Nothing is resolved: ``stage_steps`` and ``effective_stop_loss`` say what ``"auto"`` means.
+        """
+        if vars(self).get("_validated_as") == self.to_dict():
+            return self
+        steps_per_stage = _steps_per_stage(self.steps_per_stage)
+        stop_loss = _stop_loss(self.stop_loss)
+        rank = _rank(self.rank)
         _check_names(self.schedule, SCHEDULES, "schedule", "schedule")
         _check_names(self.guide_init, GUIDE_INITS, "guide init", "guide_init")
         if self.baselines:
@@ -110,16 +123,6 @@ class ConvertSettings:
                 raise SimkitError(f"`{name}` must be >= 0, got {value}")
         if self.head_epochs is not None and self.head_epochs < 0:
             raise SimkitError(f"`head_epochs` must be >= 0, got {self.head_epochs}")
-        if self.steps_per_stage != "auto" and (isinstance(self.steps_per_stage, bool)
-                                               or not isinstance(self.steps_per_stage, int)
-                                               or self.steps_per_stage < 1):
-            raise SimkitError(f"`steps_per_stage` must be 'auto' or a positive integer, got {self.steps_per_stage!r}")
-        if isinstance(self.stop_loss, str) and self.stop_loss != "auto":
-            raise SimkitError(f"`stop_loss` must be 'auto', a number or None (off), got {self.stop_loss!r}")
-        if not isinstance(self.stop_loss, str):
-            check_real("stop_loss", self.stop_loss, float("-inf"), optional=True)
-        if not self.ranks or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in self.ranks):
-            raise SimkitError(f"`rank` must be a positive integer or a list of them, got {self.rank!r}")
         check_real("val_fraction", self.val_fraction, 0)
         if not self.val_fraction < 0.9:
             raise SimkitError(f"`val_fraction` must be in [0, 0.9), got {self.val_fraction}")
@@ -148,13 +151,15 @@ class ConvertSettings:
         check_real("lr", self.lr, 0, strict=True)
         check_real("finetune_lr", self.finetune_lr, 0, strict=True, optional=True)
         check_real("kd_temperature", self.kd_temperature, 0, strict=True)
-        return self
+        out = dataclasses.replace(self, steps_per_stage=steps_per_stage, stop_loss=stop_loss, rank=rank)
+        vars(out)["_validated_as"] = out.to_dict()
+        return out
 
     @property
     def ranks(self) -> list[int]:
         """``rank`` as a list (a rank sweep when longer than one), duplicates dropped."""
-        values = self.rank if isinstance(self.rank, list | tuple) else [self.rank]
-        return list(dict.fromkeys(values))
+        rank = _rank(self.rank)
+        return list(dict.fromkeys(rank if isinstance(rank, list) else [rank]))
 
     @property
     def auto_stages(self) -> bool:
@@ -172,6 +177,15 @@ class ConvertSettings:
             return AUTO_STOP_LOSS if self.auto_stages else None
         return None if self.stop_loss is None else float(self.stop_loss)
 
+    def resolved(self) -> dict[str, Any]:
+        """:meth:`to_dict` with what ``"auto"`` and None resolve to (``meta.settings``; ``to_dict()`` is the
+        record as given, ``inputs.json`` and ``meta.settings_given``): ``stop_loss`` the threshold in force
+        (None: off), ``stage_steps`` the step budget of one stage (the cap ``max_stage_steps`` when
+        automatic), ``head_epochs``, ``finetune_lr`` and ``guide_lr`` as used."""
+        return {**self.to_dict(), "head_epochs": self.effective_head_epochs,
+                "finetune_lr": self.effective_finetune_lr, "guide_lr": self.effective_guide_lr,
+                "stop_loss": self.effective_stop_loss, "stage_steps": self.stage_steps}
+
     @property
     def effective_guide_lr(self) -> float:
         return float(self.guide_lr)
@@ -187,6 +201,51 @@ class ConvertSettings:
     def to_dict(self) -> dict[str, Any]:
         """Every field by name (lists as lists): the record in ``inputs.json`` and ``meta.settings``."""
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+def _steps_per_stage(value: Any) -> int | str:
+    """``steps_per_stage`` normalised: ``"auto"`` or a positive int."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == "auto":
+            return "auto"
+        if text.lstrip("+").isdigit():
+            value = int(text)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SimkitError(f"`steps_per_stage` must be 'auto' or a positive integer, got {value!r}")
+    return value
+
+
+def _stop_loss(value: Any) -> float | str | None:
+    """``stop_loss`` normalised: ``"auto"``, None (off) or a finite float."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("auto", "none"):
+            return "auto" if text == "auto" else None
+        try:
+            value = float(text)
+        except ValueError:
+            raise SimkitError(f"`stop_loss` must be a number, 'auto' or 'none' (off), got {value!r}") from None
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SimkitError(f"`stop_loss` must be a number, 'auto' or 'none' (off), got {value!r}")
+    check_real("stop_loss", value, float("-inf"))
+    return value
+
+
+def _rank(value: Any) -> int | list[int]:
+    """``rank`` normalised: a positive int or a list of them (a comma string is read: one value → an int)."""
+    if isinstance(value, str):
+        values: list[Any] = [int(p) if p.lstrip("+").isdigit() else p
+                             for p in (part.strip() for part in value.split(",")) if p]
+    else:
+        values = list(value) if isinstance(value, list | tuple) else [value]
+    if not values or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in values):
+        raise SimkitError(f"`rank` must be a positive integer or a comma list of them (or a list), got {value!r}")
+    if isinstance(value, str):
+        return values[0] if len(values) == 1 else values
+    return values if isinstance(value, list | tuple) else values[0]
 
 
 def _plain(value: Any) -> Any:

@@ -31,6 +31,7 @@ def take(inputs: Inputs, index: Tensor | slice) -> Inputs:
 
 
 def rows(inputs: Inputs) -> int:
+    """Number of samples n of a tensor (n, ...) or of a dict of such tensors (its first entry)."""
     return int(next(iter(inputs.values())).shape[0]) if isinstance(inputs, dict) else int(inputs.shape[0])
 
 

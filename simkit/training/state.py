@@ -23,10 +23,12 @@ CHECKPOINT_VERSION = 1
 
 
 def checkpoint_path(run_dir: str | Path, name: str) -> Path:
+    """Where checkpoint ``name`` lives: ``run_dir/checkpoints/<name>.pt``."""
     return Path(run_dir) / "checkpoints" / f"{name}.pt"
 
 
 def log_path(run_dir: str | Path, name: str) -> Path:
+    """Where run ``name``'s per-step metrics log lives: ``run_dir/<name>.log.csv``."""
     return Path(run_dir) / f"{name}.log.csv"
 
 

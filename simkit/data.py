@@ -44,7 +44,7 @@ from simkit.errors import SimkitError
 from simkit.io import atomic_write
 from simkit.models.loading import hf_tokenizer
 
-KINDS = ("mnist1d", "digits", "synthetic:SHAPE", "npy:PATH", "pt:PATH", "imagefolder:DIR", "text:FILE")
+DATA_SPEC_KINDS = ("mnist1d", "digits", "synthetic:SHAPE", "npy:PATH", "pt:PATH", "imagefolder:DIR", "text:FILE")
 # Well-known datasets that exist only as downloads: refuse at once and say how to supply the files.
 DOWNLOAD_ONLY = ("mnist", "fashionmnist", "fashion_mnist", "kmnist", "cifar10", "cifar100", "svhn",
                  "imagenet", "stl10", "celeba", "wikitext", "tinystories", "openwebtext")
@@ -213,7 +213,7 @@ def _index(inputs: Tensor | dict[str, Tensor], index) -> Tensor | dict[str, Tens
 def parse_spec(spec: str) -> tuple[str, str, dict[str, str]]:
     """``"npy:x.npy,labels=y.npy"`` → ``("npy", "x.npy", {"labels": "y.npy"})``."""
     if not isinstance(spec, str) or not spec.strip():
-        raise SimkitError(f"empty data spec; valid kinds: {', '.join(KINDS)}")
+        raise SimkitError(f"empty data spec; valid kinds: {', '.join(DATA_SPEC_KINDS)}")
     text = spec.strip()
     cut = min((i for i in (text.find(":"), text.find(",")) if i >= 0), default=len(text))
     kind, rest = text[:cut], text[cut + 1:]
@@ -256,7 +256,7 @@ def load_data(spec: str, *, n: int | None = None, seed: int = 0, tokenizer: str 
         raise SimkitError(f"data {kind!r} would need a download and simkit never downloads; fetch it "
                           "yourself and pass it as npy:PATH (optionally ,labels=PATH) or imagefolder:DIR")
     if kind not in loaders:
-        raise SimkitError(f"unknown data kind {kind!r}; valid kinds: {', '.join(KINDS)}")
+        raise SimkitError(f"unknown data kind {kind!r}; valid kinds: {', '.join(DATA_SPEC_KINDS)}")
     return loaders[kind](spec=spec, target=target, options=options, n=n, seed=seed, tokenizer=tokenizer)
 
 

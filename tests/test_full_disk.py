@@ -225,3 +225,24 @@ def test_a_real_full_tmpfs(tmp_path):
         assert sorted(p.name for p in disk.iterdir()) == ["a.txt"]
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_a_training_log_that_cannot_grow_is_one_line_naming_it(tmp_path):
+    """The loss log is appended row by row (not an atomic write): a full disk there is a WriteError too."""
+    import errno as errnos
+
+    from simkit.io import WriteError
+    from simkit.training.state import MetricsLog
+
+    log = MetricsLog(tmp_path / "fit.log.csv", keep_until=None)
+    log.write(1, 0.5, 1e-3)
+
+    class Full:
+        def writerow(self, row):
+            raise OSError(errnos.ENOSPC, "No space left on device")
+
+    log._writer = Full()
+    with pytest.raises(WriteError, match=r"cannot write .*fit\.log\.csv: No space left on device \(ENOSPC\)"):
+        log.write(2, 0.4, 1e-3)
+    log.close()
+    assert (tmp_path / "fit.log.csv").read_text().splitlines()[1].startswith("1,")

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from simkit.catalog import COVARIANCE_MEASURES
 from simkit.metrics._checks import (
     as_matrix,
     check_min_n,
@@ -61,7 +62,7 @@ from simkit.metrics._checks import (
 )
 from simkit.metrics.settings import MeasureSettings, check_alpha, check_eps, check_keep
 
-SHAPE_MEASURES = ("procrustes", "procrustes_angle", "cca", "svcca", "pwcca", "shape_metric")
+SHAPE_MEASURES = COVARIANCE_MEASURES  # the catalogue's measures computed from covariance spectra
 #: the measures that whiten (degenerate when a side's rank reaches n − 1, or both sides' ranks together
 #: exceed it, without a ridge)
 WHITENING = ("cca", "svcca", "pwcca", "shape_metric")

@@ -33,7 +33,7 @@ from simkit.errors import SimkitError, unknown_name_error
 from simkit.io import atomic_write, write_json
 from simkit.models.zoo import ZOO, build_zoo, parse_kwargs, resolve
 
-KINDS = ("torchvision:NAME", "timm:NAME", "hf:DIR", "file:PATH", "python:pkg.mod:callable", "simkit:NAME")
+MODEL_SPEC_KINDS = ("torchvision:NAME", "timm:NAME", "hf:DIR", "file:PATH", "python:pkg.mod:callable", "simkit:NAME")
 SIDECAR_FORMAT = "simkit-model-1"
 
 
@@ -46,13 +46,13 @@ def load_model(spec: str, *, seed: int = 0, trust: bool = False, weights: str | 
     seed as ``model.simkit_seed`` and where its weights came from as ``model.simkit_weights``.
     """
     if not isinstance(spec, str) or ":" not in spec:
-        raise SimkitError(f"model spec {spec!r} has no kind; valid kinds: {', '.join(KINDS)}")
+        raise SimkitError(f"model spec {spec!r} has no kind; valid kinds: {', '.join(MODEL_SPEC_KINDS)}")
     kind, _, rest = spec.partition(":")
     kind = kind.strip().lower()
     builders = {"torchvision": _torchvision, "timm": _timm, "hf": _hf, "file": _file, "python": _python,
                 "simkit": _zoo}
     if kind not in builders:
-        raise SimkitError(f"unknown model kind {kind!r} in {spec!r}; valid kinds: {', '.join(KINDS)}")
+        raise SimkitError(f"unknown model kind {kind!r} in {spec!r}; valid kinds: {', '.join(MODEL_SPEC_KINDS)}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = builders[kind](spec=spec, rest=rest.strip(), seed=seed, trust=trust, num_classes=num_classes)

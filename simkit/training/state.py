@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from simkit.errors import SimkitError
-from simkit.io import save_torch
+from simkit.io import atomic_write, save_torch, write_error
 
 CHECKPOINT_VERSION = 1
 
@@ -104,19 +104,30 @@ class MetricsLog:
                 reader = csv.reader(fh)
                 next(reader, None)
                 rows = [row for row in reader if row and int(row[0]) <= keep_until]
-        with path.open("w", newline="", encoding="utf-8") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(self.columns)
-            writer.writerows(rows)
-        self._file = path.open("a", newline="", encoding="utf-8")
+        def rewrite(tmp: Path) -> None:
+            with tmp.open("w", newline="", encoding="utf-8") as fh:
+                writer = csv.writer(fh)
+                writer.writerow(self.columns)
+                writer.writerows(rows)
+
+        atomic_write(path, rewrite)  # the kept rows, atomically: a full disk leaves the old log whole
+        try:
+            self._file = path.open("a", newline="", encoding="utf-8")
+        except OSError as exc:
+            raise write_error(path, exc) from None
         self._writer = csv.writer(self._file)
 
     def write(self, step: int, *values: float) -> None:
-        """One row: the step, then one value per remaining column (floats written exactly, via repr)."""
+        """One row: the step, then one value per remaining column (floats written exactly, via repr). A
+        failed append (a full disk) is a :class:`~simkit.io.WriteError` naming the log; the checkpoint
+        before it is intact and a resume drops the rows after it."""
         if self._file is None:
             return
-        self._writer.writerow([step, *(repr(v) for v in values)])
-        self._file.flush()
+        try:
+            self._writer.writerow([step, *(repr(v) for v in values)])
+            self._file.flush()
+        except OSError as exc:
+            raise write_error(self.path or "the training log", exc) from None
 
     def close(self) -> None:
         if self._file is not None:

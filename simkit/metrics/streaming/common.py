@@ -11,11 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from simkit.catalog import GRAM_KINDS
 from simkit.errors import SimkitError
-
-#: Gram kind of each CKA metric (the catalogue's): biased centring (linear), U-centring (linear), RBF.
-KINDS = GRAM_KINDS
 
 #: Progress of the work done after the last batch (neighbour searches, permutation nulls):
 #: ``report(phase, advance, total)`` — ``advance`` more units of ``phase``'s ``total`` are done.

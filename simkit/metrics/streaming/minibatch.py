@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from simkit.catalog import GRAM_KINDS
 from simkit.errors import SimkitError
 from simkit.metrics.cka import (
     center_gram,
@@ -29,7 +30,6 @@ from simkit.metrics.cka import (
 )
 from simkit.metrics.gram import batch_grams
 from simkit.metrics.streaming.common import (
-    KINDS,
     Names,
     Sums,
     Values,
@@ -119,7 +119,7 @@ class MinibatchPart:
         centred = {"a": center_gram(ga), "b": center_gram(gb)}
         weights = bootstrap_weights(self.resamples, self.seed, batch_index, ga.device) if self.resamples else None
         for m in self.metrics:
-            kind = KINDS[m]
+            kind = GRAM_KINDS[m]
             if kind == "unbiased":
                 if b < 4:
                     continue
@@ -174,8 +174,8 @@ class MinibatchPart:
         const_a, const_b = self.constant()
         out = {}
         for m in self.metrics:
-            used = counts[1] - counts[2] - (counts[3] if KINDS[m] == "unbiased" else 0)
-            least = 4 if KINDS[m] == "unbiased" else 2
+            used = counts[1] - counts[2] - (counts[3] if GRAM_KINDS[m] == "unbiased" else 0)
+            least = 4 if GRAM_KINDS[m] == "unbiased" else 2
             if used <= 0:
                 raise SimkitError(f"minibatch {m} needs batches of at least {least} samples and got none; "
                                   "raise `batch_size` (or use `mode`=exact)")
@@ -200,12 +200,12 @@ class MinibatchPart:
         counts = self.s["counts"].tolist()
         out: dict[str, dict[str, Any]] = {}
         for m in self.metrics:
-            skipped = counts[2] + (counts[3] if KINDS[m] == "unbiased" else 0)
+            skipped = counts[2] + (counts[3] if GRAM_KINDS[m] == "unbiased" else 0)
             out[m] = {"mode": "minibatch", "path": "gram", "n": int(counts[0]), "batches": int(counts[1]),
                       "skipped_batches": int(skipped),
-                      "hsic": "unbiased HSIC_1" if KINDS[m] == "unbiased" else "biased HSIC",
+                      "hsic": "unbiased HSIC_1" if GRAM_KINDS[m] == "unbiased" else "biased HSIC",
                       "estimator": "Nguyen et al. minibatch CKA: per-batch unbiased HSIC_1 summed over batches"
-                      if KINDS[m] == "unbiased" else
+                      if GRAM_KINDS[m] == "unbiased" else
                       "per-batch biased HSIC summed over batches: its bias is set by the batch size, not n",
                       "kernel": "rbf" if m == "rbf_cka" else "linear", "null": self.null}
             if self.ci is not None:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from simkit.catalog import GRAM_KINDS, KNN_MEASURES
 from simkit.errors import SimkitError
 from simkit.metrics._checks import is_constant
 from simkit.metrics.cka import (
@@ -37,7 +38,6 @@ from simkit.metrics.rsa import check_rsa_n, kendall_tau_a, prepared, rdm_upper, 
 from simkit.metrics.settings import MeasureSettings
 from simkit.metrics.shape import SHAPE_MEASURES, spectrum_from_samples
 from simkit.metrics.streaming.common import (
-    KINDS,
     Names,
     PhaseProgress,
     Values,
@@ -50,7 +50,7 @@ from simkit.metrics.streaming.common import (
 from simkit.metrics.streaming.folds import ridge_describe
 from simkit.metrics.streaming.shapes import shape_notes, shape_settings, shape_values
 
-KNN = ("mutual_knn", "jaccard_knn")
+KNN = KNN_MEASURES  # the catalogue's measures that share one neighbour search
 
 #: What :meth:`StoredPart.payload` hands over: global batch indices, and per stored batch the A and B
 #: activations (one CPU tensor per layer).
@@ -256,7 +256,7 @@ class StoredPart:
 
     def _gram(self, m: str, xa: list[Tensor], xb: list[Tensor], perms: Tensor | None, const_a: Tensor,
               const_b: Tensor) -> dict:
-        n, kind = self.n, KINDS[m]
+        n, kind = self.n, GRAM_KINDS[m]
         la, lb = len(xa), len(xb)
         chunk = self._chunk(la + lb)
         if kind == "rbf" and 16 * n * n > self.budget:

@@ -21,11 +21,11 @@ from simkit.stitching import iri as iri_mod
 from simkit.stitching import runner as runner_mod
 from simkit.stitching.halves import BackHalf, FrontHalf, record
 from simkit.stitching.iri import IRISettings, generate_iris, relative_error, seed_indices
-from simkit.stitching.layers import LeastSquares, StitchLayer, check_bridgeable, infer_layout
 from simkit.stitching.objectives import dm_loss, fula_loss, hlm_loss, parse_objectives, slm_loss
 from simkit.stitching.pairs import layer_pairs, match_depths
 from simkit.stitching.runner import stitch
 from simkit.stitching.settings import StitchSettings
+from simkit.stitching.stitch_layer import LeastSquares, StitchLayer, check_bridgeable, infer_layout
 from simkit.stitching.stitched import StitchedModel, StitchLoss
 
 # ------------------------------------------------------------------------------------------ fixtures

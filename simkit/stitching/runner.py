@@ -38,7 +38,6 @@ from simkit.stitching.assemble import COLUMNS, ArmRows, RunFacts, assemble
 from simkit.stitching.halves import BackHalf, FrontHalf, frozen_copy, record
 from simkit.stitching.iri import IRISet, IRISettings, generate_iris, seed_distances, tensor_digest
 from simkit.stitching.iri import fingerprint as weights_digest
-from simkit.stitching.layers import StitchLayer, check_bridgeable, infer_layout
 from simkit.stitching.prepare import (
     Prepared,
     check_arguments,
@@ -48,6 +47,7 @@ from simkit.stitching.prepare import (
     value_range,
 )
 from simkit.stitching.settings import StitchSettings
+from simkit.stitching.stitch_layer import StitchLayer, check_bridgeable, infer_layout
 from simkit.stitching.stitched import StitchedModel, StitchLoss
 from simkit.training import (
     TrainConfig,

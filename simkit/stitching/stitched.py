@@ -12,8 +12,8 @@ from torch import Tensor, nn
 
 from simkit.errors import SimkitError
 from simkit.stitching.halves import BackHalf, FrontHalf, once_called, record
-from simkit.stitching.layers import StitchLayer
 from simkit.stitching.objectives import dm_loss, fula_loss, hlm_loss, slm_loss
+from simkit.stitching.stitch_layer import StitchLayer
 
 
 class StitchedModel(nn.Module):

@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 
 from simkit.errors import SimkitError
+from simkit.forward import take as take_rows
 from simkit.io import atomic_write
 from simkit.models.loading import hf_tokenizer
 
@@ -109,7 +110,7 @@ class Dataset:
         dataset: stream with this (or :meth:`batches`) rather than slicing ``.inputs``."""
         if self._inputs is None:
             return self._generated(start, stop)
-        return _index(self._inputs, slice(start, stop))
+        return take_rows(self._inputs, slice(start, stop))
 
     def take(self, index: Tensor | slice | np.ndarray | list[int]) -> Dataset:
         """The samples at ``index`` (a slice, (k,) integer indices or an (n,) bool mask) as a new Dataset;
@@ -132,7 +133,7 @@ class Dataset:
                 rows = [self._generated(int(i), int(i) + 1) for i in index]
                 inputs = torch.cat(rows) if rows else self._generated(0, 0)
             else:
-                inputs = _index(self._inputs, index)
+                inputs = take_rows(self._inputs, index)
         labels = None if self.labels is None else self.labels[index]
         info = self.info
         if isinstance(info.get("texts_sha256"), list):  # the per-line digests follow the samples taken
@@ -200,12 +201,6 @@ def _first_dim(inputs: Tensor | dict[str, Tensor]) -> int:
             raise SimkitError("data: dict inputs have different numbers of samples; give equal lengths")
         return lengths.pop()
     return len(inputs)
-
-
-def _index(inputs: Tensor | dict[str, Tensor], index) -> Tensor | dict[str, Tensor]:
-    if isinstance(inputs, dict):
-        return {k: v[index] for k, v in inputs.items()}
-    return inputs[index]
 
 
 # --------------------------------------------------------------------------------------------- parsing

@@ -1,5 +1,6 @@
-"""Calling a model on a batch, its train/eval mode around the call, and turning a forward pass that
-rejects the data into a clear error."""
+"""Batches and calling a model on them: the one home of "a batch is a tensor or a dict of tensors"
+(``batch_rows``, ``take``, ``to_device``, ``run_model``), the models' train/eval modes around a call,
+and turning a forward pass that rejects the data into a clear error."""
 
 from __future__ import annotations
 
@@ -13,6 +14,20 @@ from torch import nn
 from simkit.errors import SimkitError
 
 Batch = torch.Tensor | dict[str, torch.Tensor]
+
+
+def batch_rows(batch: Batch) -> int:
+    """Number of samples of a tensor (n, ...) or of a dict of such tensors (its first entry)."""
+    if isinstance(batch, dict):
+        return int(next(iter(batch.values())).shape[0])
+    return int(batch.shape[0])
+
+
+def take(batch: Batch, index: Any) -> Batch:
+    """Rows ``index`` (a slice, an index tensor) of a tensor (n, ...) or of every tensor of a dict."""
+    if isinstance(batch, dict):
+        return {key: value[index] for key, value in batch.items()}
+    return batch[index]
 
 
 def run_model(model: nn.Module, batch: Batch) -> Any:

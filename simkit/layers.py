@@ -37,6 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from simkit.errors import SimkitError, closest, unknown_name_error
+from simkit.forward import eval_mode, run_model, take
 
 REDUCTIONS = ("auto", "flatten", "mean", "cls", "last")
 LAYOUTS = ("channels", "tokens")
@@ -470,8 +471,8 @@ def layer_table(model: nn.Module, sample: Tensor | Mapping[str, Tensor] | None =
     in_blocks = set(preset_blocks(model))
     shapes: dict[str, str] = {}
     if sample is not None:
-        one = {k: v[:1] for k, v in sample.items()} if isinstance(sample, Mapping) else sample[:1]
-        handles, modes = [], {m: m.training for m in model.modules()}
+        one = take(dict(sample) if isinstance(sample, Mapping) else sample, slice(0, 1))
+        handles = []
 
         def hook_for(name: str):
             def hook(module: nn.Module, args: tuple, output: Any) -> None:
@@ -488,14 +489,11 @@ def layer_table(model: nn.Module, sample: Tensor | Mapping[str, Tensor] | None =
             for name, module in named:
                 if not isinstance(module, torch.jit.ScriptModule):
                     handles.append(module.register_forward_hook(hook_for(name)))
-            model.eval()
-            with torch.no_grad():
-                run_forward(model, one)
+            with eval_mode(model), torch.no_grad():
+                run_model(model, one)
         finally:
             for handle in handles:
                 handle.remove()
-            for module, mode in modes.items():
-                module.training = mode
     def missing(module: nn.Module) -> str:
         if sample is None:
             return ""
@@ -507,8 +505,3 @@ def layer_table(model: nn.Module, sample: Tensor | Mapping[str, Tensor] | None =
     return pd.DataFrame(rows, columns=["name", "type", "shape", "params", "blocks"])
 
 
-def run_forward(model: nn.Module, inputs: Tensor | Mapping[str, Tensor]) -> Any:
-    """``model(**inputs)`` for dict inputs (tokenised text), else ``model(inputs)``."""
-    if isinstance(inputs, Mapping):
-        return model(**inputs)
-    return model(inputs)

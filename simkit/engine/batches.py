@@ -16,16 +16,10 @@ from typing import Any
 import torch
 
 from simkit.errors import SimkitError
-from simkit.forward import Batch
+from simkit.forward import Batch, batch_rows
+from simkit.forward import take as take_rows
 
 __all__ = ["Batch", "batch_rows", "check_batch_size", "count_rows", "data_label", "global_batches", "rebatch", "steps"]
-
-
-def batch_rows(batch: Batch) -> int:
-    """Number of samples in one batch (first axis)."""
-    if isinstance(batch, dict):
-        return int(next(iter(batch.values())).shape[0])
-    return int(batch.shape[0])
 
 
 def _inputs_of(item: Any) -> Batch:
@@ -36,12 +30,6 @@ def _inputs_of(item: Any) -> Batch:
         return item[0]
     raise SimkitError(f"cannot read a batch of type {type(item).__name__}; pass a Tensor, a dict of "
                       "tensors, a simkit Dataset or an iterable yielding tensors or (inputs, labels)")
-
-
-def _slice(inputs: Batch, start: int, stop: int) -> Batch:
-    if isinstance(inputs, dict):
-        return {key: value[start:stop] for key, value in inputs.items()}
-    return inputs[start:stop]
 
 
 def _is_dataset(data: Any) -> bool:
@@ -93,7 +81,7 @@ def global_batches(data: Any, batch_size: int, n: int | None = None, *, rank: in
         known = len(data) if _is_dataset(data) else batch_rows(data)
         total = known if n is None else min(n, known)
         rows: Callable[[int, int], Batch] = data.rows if _is_dataset(data) else (
-            lambda start, stop: _slice(data, start, stop))
+            lambda start, stop: take_rows(data, slice(start, stop)))
         for index, start in enumerate(range(0, total, batch_size)):
             if index % world_size == rank:
                 yield index, rows(start, min(start + batch_size, total))
@@ -123,13 +111,13 @@ def rebatch(stream: Iterable[Batch], batch_size: int, n: int | None, rank: int,
     for batch in stream:
         rows = batch_rows(batch)
         if n is not None and seen + rows > n:
-            batch, rows = _slice(batch, 0, n - seen), n - seen
+            batch, rows = take_rows(batch, slice(0, n - seen)), n - seen
         seen += rows
         while rows:
             take = min(rows, batch_size - pending_rows)
-            pending.append(_slice(batch, 0, take))
+            pending.append(take_rows(batch, slice(0, take)))
             pending_rows += take
-            batch, rows = _slice(batch, take, rows), rows - take
+            batch, rows = take_rows(batch, slice(take, rows)), rows - take
             if pending_rows == batch_size:
                 if index % world_size == rank:
                     yield index, emit(pending)

@@ -17,22 +17,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from simkit.errors import SimkitError
-from simkit.forward import run_model  # noqa: F401  (the theseus modules import it from here)
+from simkit.forward import batch_rows as rows  # noqa: F401  (the theseus modules import these from here)
+from simkit.forward import run_model, take  # noqa: F401
 
 Inputs = Tensor | dict[str, Tensor]
 IGNORE = -100
-
-
-def take(inputs: Inputs, index: Tensor | slice) -> Inputs:
-    """Rows ``index`` of a tensor (n, ...) or of every tensor of a dict."""
-    if isinstance(inputs, dict):
-        return {k: v[index] for k, v in inputs.items()}
-    return inputs[index]
-
-
-def rows(inputs: Inputs) -> int:
-    """Number of samples n of a tensor (n, ...) or of a dict of such tensors (its first entry)."""
-    return int(next(iter(inputs.values())).shape[0]) if isinstance(inputs, dict) else int(inputs.shape[0])
 
 
 def logits_of(output: Any) -> Tensor:

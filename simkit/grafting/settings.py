@@ -3,7 +3,7 @@
 Fields are named as the command's parameters and default to its defaults (``model`` and ``data`` are
 the names of the model and the data: the spec strings when the CLI made the run); ``seq_len``,
 ``e2_lr``, ``f3_lr``, ``max_e3_sites`` and ``threads`` have no flag (library callers only). ``to_dict()`` is what
-``inputs.json`` and ``meta.settings`` record.
+``inputs.json`` and ``meta.settings_given`` record; ``meta.settings`` records :meth:`GraftSettings.resolved`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 Fields are named exactly as the ``simkit convert`` parameters and default to the CLI defaults; the
 options the CLI does not expose (``finetune_batch_size``, ``finetune_lr``, ``stop_loss``,
 ``kd_temperature``, ``eval_samples``, ``compare_layers``) keep the library defaults. The CLI builds
-one from its options; ``inputs.json`` and ``meta.settings`` are written from :meth:`to_dict`.
+one from its options (typer parses them; :meth:`ConvertSettings.validate` is where every rule lives);
+``inputs.json`` and ``meta.settings_given`` are written from :meth:`to_dict` (the settings as given,
+``stop_loss="auto"``), ``meta.settings`` from :meth:`resolved` (what ``"auto"`` and None became).
 """
 
 from __future__ import annotations

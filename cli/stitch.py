@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -41,6 +42,16 @@ class IRIOptimizer(str, Enum):
 class Init(str, Enum):
     lstsq = "lstsq"
     default = "default"
+
+
+def seeded_models(spec: str, side: str, seed: int, trust: bool, weights: Path | None) -> Callable[[int], Any]:
+    """One side's models per seed by the pair seed rule (``simkit.seeding.pair_seeds``): a factory
+    ``seed -> nn.Module``; the first seed's model is loaded now, so a bad spec fails before the run."""
+    from simkit.seeding import pair_seeds
+
+    first = load_cli_model(spec, seed=pair_seeds(seed)[side], trust=trust, weights=weights)
+    return lambda s: first if s == seed else load_cli_model(spec, seed=pair_seeds(s)[side], trust=trust,
+                                                            weights=weights)
 
 
 @command("stitch", help=(
@@ -110,10 +121,7 @@ def stitch_command(
     no_report: NoReportOpt = False,
 ) -> None:
     """`simkit stitch`: stitch A's front into B's back at layer pairs, measure the penalty, into --out."""
-    from torch.nn import Module
-
     from simkit.data import load_data
-    from simkit.seeding import pair_seeds
     from simkit.stitching import runner
     from simkit.stitching.settings import StitchSettings
 
@@ -130,18 +138,9 @@ def stitch_command(
                           files={"model_a": "model", "model_b": "model", "data": "data",
                                  "test_data": "data", "weights_a": "path",
                                  "weights_b": "path"})  # checked, not started
-    first = pair_seeds(seed)  # A gets the seed, B seed + 1: the same spec twice gives two networks
-    net_a = load_cli_model(model_a, seed=first["model_a"], trust=trust, weights=weights_a)
-    net_b = load_cli_model(model_b, seed=first["model_b"], trust=trust, weights=weights_b)
-
-    def build_a(s: int) -> Module:
-        return net_a if s == seed else load_cli_model(model_a, seed=pair_seeds(s)["model_a"], trust=trust,
-                                                      weights=weights_a)
-
-    def build_b(s: int) -> Module:
-        return net_b if s == seed else load_cli_model(model_b, seed=pair_seeds(s)["model_b"], trust=trust,
-                                                      weights=weights_b)
-
+    # A gets the seed, B seed + 1 (simkit.seeding.pair_seeds): the same spec twice gives two networks
+    build_a = seeded_models(model_a, "model_a", seed, trust, weights_a)
+    build_b = seeded_models(model_b, "model_b", seed, trust, weights_b)
     dataset = load_data(data, n=n, seed=seed)
     evaluation = load_data(test_data, seed=seed) if test_data is not None else None
     result = runner.stitch(build_a, build_b, dataset, settings, test_data=evaluation, run_dir=run_dir, resume=resume,

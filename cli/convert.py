@@ -101,8 +101,8 @@ def convert_command(
     no_report: NoReportOpt = False,
 ) -> None:
     """`simkit convert`: convert GUIDE into a target architecture (plus baselines), into --out."""
+    from simkit.conversion import ConvertSettings, convert, load_plan_file
     from simkit.data import load_data
-    from simkit.theseus import ConvertSettings, convert, load_plan_file
 
     settings = ConvertSettings(
         steps_per_stage=steps_per_stage, max_stage_steps=max_stage_steps,

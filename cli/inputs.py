@@ -41,7 +41,7 @@ def _spec_paths(kind: str, value: str) -> list[Path]:
 
         return local_paths(value)
     if kind == "plan":
-        from simkit.theseus.recipes import plan_file
+        from simkit.conversion.recipes import plan_file
 
         return [plan_file(value)[0]]
     return [Path(value).expanduser()]

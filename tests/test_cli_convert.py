@@ -175,7 +175,7 @@ def test_cli_weights_load_the_guide_and_are_recorded(tmp_path, monkeypatch):
         seen.update(guide=guide, run_dir=run_dir)
         raise SimkitError("stopped before converting")
 
-    monkeypatch.setattr("simkit.theseus.convert", stop)
+    monkeypatch.setattr("simkit.conversion.convert", stop)
     result = CliRunner().invoke(app, ["convert", GUIDE, *TINY, "--weights", str(path), "--out", str(tmp_path / "x")])
     assert result.exit_code == 2 and "stopped before converting" in result.output
     x = torch.rand(5, 1, 8, 8)

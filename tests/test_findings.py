@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from test_report import EVIL, make_compare, make_study
 
 import simkit
+from simkit.provenance import run_meta
 from simkit.report import compare as compare_report
 from simkit.report import render_html
 from simkit.report import study as study_report
 from simkit.report.figures import meta_html, nice_ticks
-from simkit.runinfo import run_meta
 
 
 def opening(html: str) -> str:

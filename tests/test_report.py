@@ -19,11 +19,11 @@ from typer.testing import CliRunner
 import simkit
 import simkit.cli.main  # noqa: F401  (registers every command on the app)
 from simkit.cli.common import app
+from simkit.provenance import run_meta
 from simkit.report import REPORT_KINDS, environment, render_html
 from simkit.report import compare as compare_report
 from simkit.report.figures import bar_plot, heatmap_svg, html_table, line_plot, shorten
 from simkit.results import RESULT_KINDS, CompareResult, StudyResult
-from simkit.runinfo import run_meta
 
 EVIL = "<script>alert(1)</script>"
 QUOTED = "q\"uo'te&amp;<b>"

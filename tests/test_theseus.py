@@ -10,16 +10,16 @@ import pytest
 import torch
 from torch import nn
 
+from simkit.conversion import ConvertSettings, convert, load_plan_file
+from simkit.conversion.modules import LowRankLinear, Passthrough, RecurrentBlock
+from simkit.conversion.plans import Replacement, ReplacementPlan, build_target, resolve_plan
+from simkit.conversion.recipes import attention_to_rnn, conv_to_mlp, deep_to_shallow
+from simkit.conversion.runner import recalibrate
+from simkit.conversion.schedules import guide_cache, plan_stages, run_stage
 from simkit.data import Dataset
 from simkit.errors import SimkitError
 from simkit.models.llama import TinyLlama
 from simkit.models.small import CNN1d
-from simkit.theseus import ConvertSettings, convert, load_plan_file
-from simkit.theseus.modules import LowRankLinear, Passthrough, RecurrentBlock
-from simkit.theseus.plans import Replacement, ReplacementPlan, build_target, resolve_plan
-from simkit.theseus.recipes import attention_to_rnn, conv_to_mlp, deep_to_shallow
-from simkit.theseus.runner import recalibrate
-from simkit.theseus.schedules import guide_cache, plan_stages, run_stage
 
 LENGTH = 16
 
@@ -156,7 +156,7 @@ def test_deep_to_shallow_groups_blocks():
 def test_plan_from_file(tmp_path):
     path = tmp_path / "my_plan.py"
     path.write_text(
-        "from simkit.theseus.modules import LowRankLinear\n"
+        "from simkit.conversion.modules import LowRankLinear\n"
         "def make_plan(guide):\n"
         "    return {'blocks.1.conv': lambda slot: LowRankLinear(slot.in_shape, slot.out_shape, 8)}\n")
     guide = tiny_guide()

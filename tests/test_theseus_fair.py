@@ -10,10 +10,10 @@ import pytest
 import torch
 from test_theseus import QUICK, run, tiny_data, tiny_guide
 
+from simkit.conversion import ConvertSettings
+from simkit.conversion.runner import split_validation
 from simkit.errors import SimkitError
 from simkit.report import render_report
-from simkit.theseus import ConvertSettings
-from simkit.theseus.runner import split_validation
 from simkit.training import evaluate_accuracy
 
 N_TRAIN = 192 - round(192 * 0.1)  # tiny_data: 192 training rows, 10 % held out for validation
@@ -141,7 +141,7 @@ def test_rank_sweep_gives_one_row_per_rank_and_its_figure(tmp_path):
     html = render_report(result, tmp_path / "report.html").read_text()
     assert "Rank sweep" in html and "rank sweep" in html
     with pytest.raises(SimkitError, match="rank sweep"):
-        from simkit.theseus.recipes import conv_to_mlp
+        from simkit.conversion.recipes import conv_to_mlp
         run(tiny_guide(), tiny_data(), plan_object=conv_to_mlp(tiny_guide(), 4), **dict(QUICK, rank=[4, 8],
                                                                                              recipe=None))
     with pytest.raises(SimkitError, match="`rank`"):

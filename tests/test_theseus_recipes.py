@@ -11,15 +11,15 @@ from torch import nn
 from typer.testing import CliRunner
 
 from simkit.cli.main import app
+from simkit.conversion import ConvertSettings, convert
+from simkit.conversion.plans import build_target, resolve_plan
+from simkit.conversion.recipes import RECIPES, attention_to_mlp, deep_to_shallow, make_plan
+from simkit.conversion.schedules import guide_cache
 from simkit.data import Dataset
 from simkit.errors import SimkitError
 from simkit.models.llama import TinyLlama
 from simkit.models.small import CNN1d
 from simkit.models.vit import Readout, TokenMLP, ViT
-from simkit.theseus import ConvertSettings, convert
-from simkit.theseus.plans import build_target, resolve_plan
-from simkit.theseus.recipes import RECIPES, attention_to_mlp, deep_to_shallow, make_plan
-from simkit.theseus.schedules import guide_cache
 
 LENGTH, PATCH = 12, 3  # 4 patch tokens + the class token
 

@@ -11,10 +11,10 @@ from scipy.special import erf
 from typer.testing import CliRunner
 
 from simkit.cli.main import app
+from simkit.conversion.modules import reinitialise
 from simkit.errors import SimkitError
 from simkit.models import ZOO, load_model
 from simkit.models.vit import Readout, ViT
-from simkit.theseus.modules import reinitialise
 
 # ------------------------------------------------------------------ float64 numpy reference (ViT paper)
 

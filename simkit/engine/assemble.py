@@ -6,7 +6,7 @@ device, plus the entry point's own: layer selectors, reduction, output index, pa
 ``settings_given`` (the settings as the caller gave them, before ``validate()`` resolved them), ``seeds`` (the permutation
 seed ``null`` plus whatever the caller knows: model and data seeds, or the seeds the caches were
 captured with), ``method`` (the accumulator's ``describe()``), ``timings`` and, through
-``simkit.runinfo.run_meta``, the command, versions and world size.
+``simkit.provenance.run_meta``, the command, versions and world size.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import pandas as pd
 from simkit.catalog import CHANCE_MARGIN, MEASURES, TESTED_NULL, range_width
 from simkit.engine.measure import Measured
 from simkit.metrics.settings import CompareSettings
+from simkit.provenance import run_meta
 from simkit.results import CompareResult, StudyResult
-from simkit.runinfo import run_meta
 
 
 def similarity_frame(values: dict[str, dict[str, np.ndarray]], labels_a: Sequence[str], labels_b: Sequence[str],

@@ -24,8 +24,8 @@ from simkit.forward import resolve_device
 from simkit.io import atomic_write, write_json
 from simkit.layers import resolve_layers
 from simkit.progress import progress_bar
+from simkit.provenance import run_meta
 from simkit.rundir import check_run_path, release_lock, take_lock
-from simkit.runinfo import run_meta
 
 
 class SampleDigest:

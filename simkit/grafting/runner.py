@@ -28,9 +28,9 @@ from simkit.grafting.settings import BUILTIN, GraftSettings
 from simkit.grafting.tasks import check_rebuildable, is_builtin, make_task
 from simkit.grafting.verdict import verdict
 from simkit.models import load_model
+from simkit.provenance import Timer, run_meta
 from simkit.results import GraftResult
 from simkit.rundir import RunDir, fingerprint, open_run_dir
-from simkit.runinfo import Timer, run_meta
 from simkit.surgery.ops import get_module
 
 MARKOV_DATA = "markov-chain tokens (seeded)"

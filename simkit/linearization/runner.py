@@ -43,9 +43,9 @@ from simkit.linearization.recover import recover
 from simkit.linearization.settings import LinearizeSettings
 from simkit.linearization.slope import FREEZE_TOL, FreezeRule, SlopeReLU, slope_modules, slope_penalty
 from simkit.linearization.units import unit_statistics
+from simkit.provenance import run_meta
 from simkit.results import LinearizeResult
 from simkit.rundir import RunDir, fingerprint, open_run_dir
-from simkit.runinfo import run_meta
 from simkit.surgery import bit_mismatches
 from simkit.training import TrainConfig, TrainHistory, evaluate_accuracy, fit, train_classifier
 

@@ -16,8 +16,8 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
+from simkit.provenance import Timer, run_meta
 from simkit.results import StitchResult
-from simkit.runinfo import Timer, run_meta
 from simkit.stats import beyond_noise, paired_difference, t_interval
 from simkit.stitching.checks import chance_accuracy, run_warnings
 from simkit.stitching.iri import IRISet

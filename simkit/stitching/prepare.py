@@ -18,8 +18,8 @@ from torch import Tensor, nn
 from simkit.data import Dataset, check_finite
 from simkit.errors import SimkitError
 from simkit.forward import resolve_device
+from simkit.provenance import Timer
 from simkit.rundir import RunDir, fingerprint
-from simkit.runinfo import Timer
 from simkit.seeding import generator
 from simkit.stitching.pairs import layer_pairs
 from simkit.stitching.settings import StitchSettings

@@ -30,9 +30,9 @@ from torch import Tensor, nn
 from simkit.data import Dataset
 from simkit.errors import SimkitError
 from simkit.forward import check_accepts, modes_kept
+from simkit.provenance import Timer
 from simkit.results import StitchResult
 from simkit.rundir import RunDir, open_run_dir
-from simkit.runinfo import Timer
 from simkit.seeding import derive_seed
 from simkit.stitching.assemble import COLUMNS, ArmRows, RunFacts, assemble
 from simkit.stitching.halves import BackHalf, FrontHalf, frozen_copy, record

@@ -8,7 +8,7 @@ sample to infer the shapes and the forward order, builds every target module and
 the guide's input shape to the guide's output shape. Errors name the missing module, or both shapes.
 
 In the hybrid/target network the target module sits at the first name of its group; the others
-become :class:`~simkit.theseus.modules.Passthrough` (spec §1: "groups map to one target block").
+become :class:`~simkit.conversion.modules.Passthrough` (spec §1: "groups map to one target block").
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from simkit.conversion.modules import Passthrough
+from simkit.conversion.task import logits_of
 from simkit.errors import SimkitError, unknown_name_error
 from simkit.forward import eval_mode
 from simkit.layers import select_output
 from simkit.seeding import derive_seed
 from simkit.surgery import replace_module
-from simkit.theseus.modules import Passthrough
-from simkit.theseus.task import logits_of
 
 
 @dataclass
@@ -101,7 +101,7 @@ class ReplacementPlan:
         if isinstance(plan, dict):
             return cls([Replacement(key, factory) for key, factory in plan.items()])
         raise SimkitError(f"a plan must be a ReplacementPlan or a dict of name -> factory, got "
-                          f"{type(plan).__name__}; see simkit.theseus.plans")
+                          f"{type(plan).__name__}; see simkit.conversion.plans")
 
 
 def tensor_in(value: Any, layer: str = "") -> torch.Tensor | None:

@@ -3,7 +3,7 @@ recalibrated and scored after every stage, then its head trained alone and every
 
 :class:`GuideView`: one guide init at one rank (the guide, its plan's slots and head, the cached guide
 activations). :class:`Arm`: a view with a schedule and a metric. :func:`convert_arm` runs one arm,
-adding its rows to a :class:`~simkit.theseus.context.Rows`, and returns an :class:`ArmOutcome`.
+adding its rows to a :class:`~simkit.conversion.context.Rows`, and returns an :class:`ArmOutcome`.
 """
 
 from __future__ import annotations
@@ -17,13 +17,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from simkit.errors import SimkitError
-from simkit.metrics.cka import linear_cka
-from simkit.seeding import derive_seed
-from simkit.theseus.context import EVAL_BATCH, Rows, RunContext
-from simkit.theseus.finetune import score, train_head, train_task
-from simkit.theseus.plans import Slot, install
-from simkit.theseus.schedules import (
+from simkit.conversion.context import EVAL_BATCH, Rows, RunContext
+from simkit.conversion.finetune import score, train_head, train_task
+from simkit.conversion.plans import Slot, install
+from simkit.conversion.schedules import (
     GuideCache,
     Stage,
     fresh_modules,
@@ -32,8 +29,11 @@ from simkit.theseus.schedules import (
     plan_stages,
     run_stage,
 )
-from simkit.theseus.settings import ConvertSettings
-from simkit.theseus.task import Inputs
+from simkit.conversion.settings import ConvertSettings
+from simkit.conversion.task import Inputs
+from simkit.errors import SimkitError
+from simkit.metrics.cka import linear_cka
+from simkit.seeding import derive_seed
 from simkit.training import recalibrate_batchnorm
 
 

@@ -34,11 +34,11 @@ from pathlib import Path
 
 from torch import nn
 
+from simkit.conversion.modules import LowRankLinear, RecurrentBlock, fresh_copy
+from simkit.conversion.plans import Replacement, ReplacementPlan, Slot
 from simkit.errors import SimkitError, unknown_name_error
 from simkit.models.vit import Readout, TokenMLP
 from simkit.seeding import derive_seed
-from simkit.theseus.modules import LowRankLinear, RecurrentBlock, fresh_copy
-from simkit.theseus.plans import Replacement, ReplacementPlan, Slot
 
 RECIPES = ("conv-to-mlp", "deep-to-shallow", "attention-to-rnn", "attention-to-mlp")
 ATTENTION_NAMES = ("attn", "attention", "self_attn")

@@ -26,11 +26,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from simkit.conversion.plans import Slot, install
+from simkit.conversion.task import Inputs, logits_of, rows, run_model, take
 from simkit.errors import SimkitError, unknown_name_error
 from simkit.forward import eval_mode
 from simkit.layers import select_output
-from simkit.theseus.plans import Slot, install
-from simkit.theseus.task import Inputs, logits_of, rows, run_model, take
 from simkit.training import TrainHistory
 
 SCHEDULES = ("progressive", "sequential", "independent", "joint")

@@ -1,4 +1,4 @@
-"""The objects the phases of ``convert`` pass each other (see :mod:`simkit.theseus.runner`).
+"""The objects the phases of ``convert`` pass each other (see :mod:`simkit.conversion.runner`).
 
 :class:`Sweep`: the arms asked for (schedules, metrics, guide inits, baselines, ranks) and the alignment
 losses. :class:`Splits`: the task's tensors on the run's device. :class:`Fitter`: the shared-loop
@@ -20,11 +20,11 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
+from simkit.conversion.finetune import score
+from simkit.conversion.settings import ConvertSettings, unique
+from simkit.conversion.task import Inputs, Task, rows
 from simkit.metrics.losses import alignment_loss
-from simkit.runinfo import Timer
-from simkit.theseus.finetune import score
-from simkit.theseus.settings import ConvertSettings, unique
-from simkit.theseus.task import Inputs, Task, rows
+from simkit.provenance import Timer
 from simkit.training import TrainConfig, TrainHistory, ValidationMonitor, fit
 
 CURVE_POINTS = 200  # loss-curve points kept per training phase (the full logs are in <name>.log.csv)

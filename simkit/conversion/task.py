@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from simkit.errors import SimkitError
-from simkit.forward import batch_rows as rows  # noqa: F401  (the theseus modules import these from here)
+from simkit.forward import batch_rows as rows  # noqa: F401  (the conversion modules import these from here)
 from simkit.forward import run_model, take  # noqa: F401
 
 Inputs = Tensor | dict[str, Tensor]

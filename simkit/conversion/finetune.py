@@ -15,10 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from simkit.conversion.modules import reinitialise
+from simkit.conversion.task import Inputs, Task, logits_of, rows, run_model, take
 from simkit.forward import eval_mode, modes_kept
 from simkit.layers import select_output
-from simkit.theseus.modules import reinitialise
-from simkit.theseus.task import Inputs, Task, logits_of, rows, run_model, take
 from simkit.training import TrainHistory
 
 FitFn = Callable[..., TrainHistory]

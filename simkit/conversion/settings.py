@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from simkit.conversion.recipes import RECIPES
+from simkit.conversion.schedules import SCHEDULES
 from simkit.errors import SimkitError, check_real, unknown_name_error
 from simkit.metrics.losses import alignment_loss
-from simkit.theseus.recipes import RECIPES
-from simkit.theseus.schedules import SCHEDULES
 
 GUIDE_INITS = ("trained", "random")
 BASELINES = ("scratch", "kd")
@@ -27,7 +27,7 @@ AUTO_STOP_LOSS = 0.002  # [ours] EMA of the stage loss below which an automatic 
 
 @dataclass
 class ConvertSettings:
-    """What a conversion does (see ``simkit.theseus.convert``).
+    """What a conversion does (see ``simkit.conversion.convert``).
 
     recipe: conv-to-mlp | deep-to-shallow | attention-to-rnn | attention-to-mlp (ignored when a plan is
     given; None with a plan). schedule / metric / guide_init / rank: every combination is converted (one ``runs`` row

@@ -16,9 +16,9 @@ Every training call has a unique checkpoint name (``guide``, ``<init>-<schedule>
 stages without training and continues an interrupted one bit-identically (the baselines' validation
 monitors included).
 
-Phases (each its own function, passing the objects of :mod:`simkit.theseus.context`): prepare
+Phases (each its own function, passing the objects of :mod:`simkit.conversion.context`): prepare
 (:func:`_check_arguments`, :func:`_prepare`: validate, split, plan) → :func:`_guide_phase` →
-:func:`_arms_phase` (per guide init its arms through :func:`simkit.theseus.arm.convert_arm`, then its
+:func:`_arms_phase` (per guide init its arms through :func:`simkit.conversion.arm.convert_arm`, then its
 distillation baseline) → :func:`_scratch_baseline` → :func:`_assemble` (tables, summary, extra, meta).
 """
 
@@ -35,23 +35,23 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
+from simkit.conversion.arm import Arm, GuideView, convert_arm, recalibrate
+from simkit.conversion.context import EVAL_BATCH, Fitter, Rows, RunContext, Splits, Sweep
+from simkit.conversion.finetune import distill, score, train_task
+from simkit.conversion.modules import fresh_copy, reinitialise
+from simkit.conversion.plans import ReplacementPlan, Slot, build_target, resolve_plan
+from simkit.conversion.recipes import RECIPES, block_count, find_blocks, make_plan
+from simkit.conversion.schedules import GuideCache, guide_cache
+from simkit.conversion.settings import ConvertSettings
+from simkit.conversion.task import Inputs, Task, rows, run_model, take
 from simkit.data import Dataset, check_finite
 from simkit.engine import compare
 from simkit.errors import SimkitError, unknown_name_error
 from simkit.forward import check_accepts, resolve_device, to_device
+from simkit.provenance import Timer, run_meta
 from simkit.results import ConvertResult
 from simkit.rundir import RunDir, fingerprint, open_run_dir
-from simkit.runinfo import Timer, run_meta
 from simkit.seeding import derive_seed
-from simkit.theseus.arm import Arm, GuideView, convert_arm, recalibrate
-from simkit.theseus.context import EVAL_BATCH, Fitter, Rows, RunContext, Splits, Sweep
-from simkit.theseus.finetune import distill, score, train_task
-from simkit.theseus.modules import fresh_copy, reinitialise
-from simkit.theseus.plans import ReplacementPlan, Slot, build_target, resolve_plan
-from simkit.theseus.recipes import RECIPES, block_count, find_blocks, make_plan
-from simkit.theseus.schedules import GuideCache, guide_cache
-from simkit.theseus.settings import ConvertSettings
-from simkit.theseus.task import Inputs, Task, rows, run_model, take
 from simkit.training import TrainHistory, ValidationMonitor
 from simkit.training.denormals import flush_denormals
 
@@ -72,7 +72,7 @@ def convert(guide: nn.Module, data: Dataset, settings: ConvertSettings | None = 
     test split is kept whole, otherwise the seeded 80/20 split of those n samples).
     settings: a :class:`ConvertSettings` (default: the CLI defaults).
     plan: a ReplacementPlan (or a dict {guide name(s): factory}) replacing the recipe; a plan file is
-    loaded with ``simkit.theseus.load_plan_file(text, guide)`` and its text kept in ``settings.plan``.
+    loaded with ``simkit.conversion.load_plan_file(text, guide)`` and its text kept in ``settings.plan``.
     run_dir: where checkpoints and inputs.json go (needed for resume): a path, checked against these
     inputs (a resume with other settings, guide, data or plan is refused), or a ``RunDir``.
     device: ``cpu``, ``cuda`` or ``cuda:N``: the guide, every target module, the data and all losses.
@@ -141,7 +141,7 @@ def _check_arguments(guide: nn.Module, data: Dataset, settings: ConvertSettings,
                           "simkit.data.load_data")
     if plan is None and settings.plan:
         raise SimkitError(f"`plan` {settings.plan!r} is only the record of a plan file; pass the plan itself "
-                          "(simkit.theseus.load_plan_file(text, guide)) as `plan`")
+                          "(simkit.conversion.load_plan_file(text, guide)) as `plan`")
     if plan is None and settings.recipe is None:
         raise unknown_name_error("recipe", "None", RECIPES, "or pass a `plan`")
     sweep = Sweep.of(settings)

@@ -1,0 +1,14 @@
+"""simkit.conversion: Network of Theseus conversion (``simkit convert``).
+
+``convert(guide, data, ConvertSettings(...), plan=None, run_dir=None, resume=False)`` → ConvertResult;
+``load_plan_file("file.py:make_plan", guide)`` → the ReplacementPlan of a plan file (runs its code).
+"""
+
+from simkit.conversion.plans import Replacement, ReplacementPlan, Slot
+from simkit.conversion.recipes import RECIPES, load_plan_file
+from simkit.conversion.runner import convert
+from simkit.conversion.schedules import SCHEDULES
+from simkit.conversion.settings import BASELINES, GUIDE_INITS, ConvertSettings
+
+__all__ = ["BASELINES", "GUIDE_INITS", "RECIPES", "SCHEDULES", "ConvertSettings", "Replacement",
+           "ReplacementPlan", "Slot", "convert", "load_plan_file"]

@@ -189,3 +189,29 @@ def test_a_data_spec_string_is_refused(tmp_path):
     with pytest.raises(SimkitError, match="load_data"):
         capture(model(0), "mnist1d", tmp_path / "c", progress=False)
     assert not (tmp_path / "c").exists()
+
+
+class _Table(torch.nn.Module):
+    """A "model" whose one layer outputs a fixed random table's rows for the sample indices asked for."""
+
+    def __init__(self, seed: int, n: int = 256, width: int = 6):
+        super().__init__()
+        self.layer = torch.nn.Identity()
+        self.register_buffer("table", torch.randn(n, width, generator=torch.Generator().manual_seed(seed)))
+
+    def forward(self, index: torch.Tensor) -> torch.Tensor:
+        return self.layer(self.table[index])
+
+
+def test_a_study_of_unrelated_models_names_no_similar_pair(tmp_path):
+    """#26: no "most similar pair" from noise, self-pairs never counted, values readable when marked."""
+    from simkit.engine import capture, study
+    from simkit.report import study as study_report
+
+    index = torch.arange(256)
+    paths = [capture(_Table(seed), index, tmp_path / f"m{seed}", layers=["layer"], model_name=f"noise{seed}",
+                     data_name="index", progress=False) for seed in range(3)]
+    result = study(paths, metrics=["unbiased_cka"], mode="exact", progress=False)
+    found = study_report.context(result)["findings"]
+    assert "no pair of different models beats chance" in found[0] and "most similar pair is" not in found[0]
+    assert any(line.startswith("unbiased_cka: 0 of 6 pairs beat chance") for line in found), found

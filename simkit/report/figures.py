@@ -432,11 +432,15 @@ def _cell(hm: _HeatmapData, cell: float, i: int, j: int, rgb: np.ndarray, fill: 
     cls = "c" if finite else "c nan"
     markup = (f'<rect class="{cls}" x="{x:.1f}" y="{y:.1f}" width="{cell:.1f}" height="{cell:.1f}" '
               f'fill="{fill}"><title>{_e(tip)}</title></rect>')
-    if below_null:
+    if below_null and show_value and finite:  # the value stays readable: the dot moves to the corner
+        markup += (f'<circle class="null-mark" cx="{x + cell * 0.85:.1f}" cy="{y + cell * 0.15:.1f}" '
+                   f'r="{max(1.5, cell * 0.07):.1f}" fill="{_ink(rgb)}" fill-opacity="0.75" '
+                   'pointer-events="none"/>')
+    elif below_null:
         markup += (f'<circle class="null-mark" cx="{x + cell / 2:.1f}" cy="{y + cell / 2:.1f}" '
                    f'r="{max(1.5, cell * 0.1):.1f}" fill="{_ink(rgb)}" fill-opacity="0.75" '
                    'pointer-events="none"/>')
-    elif show_value and finite:
+    if show_value and finite:
         markup += (f'<text x="{x + cell / 2:.1f}" y="{y + cell / 2 + 3.5:.1f}" text-anchor="middle" '
                    f'font-size="9" fill="{_ink(rgb)}" pointer-events="none">{_e(format(v, hm.fmt))}</text>')
     return markup

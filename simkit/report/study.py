@@ -12,8 +12,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simkit.report.compare import cautions, colour_range, lead_metric, null_band, summary_rows
-from simkit.report.figures import heatmap_svg, html_table
+from simkit.catalog import TESTED_NULL, beats_chance_rule
+from simkit.report.compare import (
+    cautions,
+    chance_sentences,
+    colour_range,
+    lead_metric,
+    null_band,
+    summary_rows,
+)
+from simkit.report.figures import ChanceMarks, heatmap_svg, html_table
 
 _SUMMARY_LABELS = {"models": "models", "metric": "metric", "metrics": "metrics", "pairing": "layer pairing",
                    "data": "data", "n": "samples (n)", "mode": "mode", "seconds": "seconds"}
@@ -37,8 +45,41 @@ def off_diagonal(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(values, index=frame.index, columns=frame.columns)
 
 
-def findings(summary: dict[str, Any], matrices: dict[str, pd.DataFrame], band: list[dict]) -> list[str]:
-    """Two or three sentences: the most and least similar pair of models, the off-diagonal mean, the null."""
+def study_matrix(table: pd.DataFrame, metric: str, column: str, like: pd.DataFrame) -> np.ndarray | None:
+    """(M, M) ``column`` of ``metric`` ordered like ``like``; None when the table lacks it."""
+    if column not in table.columns:
+        return None
+    rows = table[table["metric"] == metric]
+    if rows[column].isna().all():
+        return None
+    wide = rows.pivot(index="model_a", columns="model_b", values=column).reindex(index=like.index,
+                                                                                 columns=like.columns)
+    return wide.to_numpy(dtype=float, na_value=np.nan)
+
+
+def chance_info(result, metric: str, like: pd.DataFrame) -> dict[str, Any] | None:
+    """The chance level, beats-chance flags (M, M) and the rule of ``metric`` (each model with itself
+    skipped in every count); None for a study without chance levels."""
+    table = result.tables["study"]
+    chance = study_matrix(table, metric, "chance", like)
+    beats = study_matrix(table, metric, "beats_chance", like)
+    if chance is None or beats is None:
+        return None
+    null = result.meta.get("settings", {}).get("null")
+    draws = int(null.get(metric, 0) if isinstance(null, dict) else null or 0)
+    skip = np.eye(len(like)) > 0
+    info: dict[str, Any] = {"chance": chance, "beats": np.nan_to_num(beats) > 0, "skip": skip,
+                            "rule": beats_chance_rule(metric, draws)}
+    if draws >= TESTED_NULL:
+        info["false_positives"] = float((np.isfinite(chance) & ~skip).sum()) / (draws + 1)
+    return info
+
+
+def findings(summary: dict[str, Any], matrices: dict[str, pd.DataFrame], band: list[dict],
+             chances: dict[str, dict[str, Any]] | None = None) -> list[str]:
+    """The most and least similar pair of different models (the most similar named only when it beats
+    chance), the mean between different models, then one sentence per measure against its chance level
+    (self-pairs never counted)."""
     if not matrices:
         return []
     metric = lead_metric(list(matrices))
@@ -48,10 +89,17 @@ def findings(summary: dict[str, Any], matrices: dict[str, pd.DataFrame], band: l
         return [f"No {metric} value between two different models is defined (NaN)."]
     high, low = np.unravel_index(np.nanargmax(values), values.shape), np.unravel_index(np.nanargmin(values), values.shape)
     name = lambda ij: f"{frame.index[ij[0]]} and {frame.columns[ij[1]]} ({values[ij]:.3f})"  # noqa: E731
-    out = [f"{metric} between {len(frame)} models ({summary.get('pairing', '?')} layers, {summary.get('data', '?')}, "
-           f"n = {summary.get('n', '?')}, {summary.get('mode', '?')} mode): the most similar pair is {name(high)}, "
-           f"the least similar {name(low)}.",
-           f"Between different models the mean is {float(np.nanmean(values)):.3f}."]
+    info = (chances or {}).get(metric)
+    lead = (f"{metric} between {len(frame)} models ({summary.get('pairing', '?')} layers, {summary.get('data', '?')}, "
+            f"n = {summary.get('n', '?')}, {summary.get('mode', '?')} mode): ")
+    if info is not None and not info["beats"][high]:
+        lead += (f"no pair of different models beats chance, so none is named most similar (the highest value, "
+                 f"{values[high]:.3f}, is within chance).")
+    else:
+        lead += f"the most similar pair is {name(high)}, the least similar {name(low)}."
+    out = [lead, f"Between different models the mean is {float(np.nanmean(values)):.3f}."]
+    if chances:
+        return out + chance_sentences({m: off_diagonal(f) for m, f in matrices.items()}, chances)
     row = next((r for r in band if r["metric"] == metric), None)
     if row is not None and row["above"] is not None:
         out.append(f"{row['above']} of {row['pairs']} model pairs (each model with itself included) exceed "
@@ -65,20 +113,25 @@ def context(result) -> dict[str, Any]:
     summary = result.summary
     metrics = list(summary.get("metrics") or ([summary["metric"]] if summary.get("metric")
                                               else pd.unique(table["metric"])))
-    heatmaps, matrices = [], {}
+    heatmaps, matrices, chances = [], {}, {}
     for metric in metrics:
         frame = matrices[metric] = result.matrix(metric)
+        info = chance_info(result, metric, frame)
+        if info is not None:
+            chances[metric] = info
+        marks = None if info is None else ChanceMarks(info["chance"], info["beats"] | info["skip"], info["rule"])
         vmin, vmax = colour_range(metric, frame.to_numpy(dtype=float, na_value=np.nan))
         heatmaps.append({"metric": metric, "svg": heatmap_svg(
-            frame, title=metric, vmin=vmin, vmax=vmax, null=null_p95(table, metric, frame),
-            xlabel="model B", ylabel="model A")})
+            frame, title=metric, vmin=vmin, vmax=vmax, null=None if marks else null_p95(table, metric, frame),
+            chance=marks, xlabel="model B", ylabel="model A")})
     models = result.tables.get("models")
     columns = [c for c in ("model_a", "model_b", "layer_a", "layer_b", "metric", "value") if c in table.columns]
     columns += [c for c in table.columns if c not in columns]
     band = null_band(table, metrics)
     return {
-        "findings": findings(summary, matrices, band),
-        "cautions": cautions(summary, result.meta, {m: off_diagonal(f) for m, f in matrices.items()}, band, table),
+        "findings": findings(summary, matrices, band, chances),
+        "cautions": cautions(summary, result.meta, {m: off_diagonal(f) for m, f in matrices.items()}, band, table,
+                             chances),
         "summary_rows": summary_rows(summary, _SUMMARY_LABELS),
         "models": list(summary.get("models", [])),
         "heatmaps": heatmaps,

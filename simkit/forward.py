@@ -4,7 +4,7 @@ and turning a forward pass that rejects the data into a clear error."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -14,6 +14,23 @@ from torch import nn
 from simkit.errors import SimkitError
 
 Batch = torch.Tensor | dict[str, torch.Tensor]
+#: a model for runners that repeat over seeds: a module (the same for every seed) or a factory seed → module
+ModelSource = nn.Module | Callable[[int], nn.Module]
+
+
+def build_model(model: ModelSource, seed: int, argument: str) -> nn.Module:
+    """The model of ``seed``: ``model`` itself when it is a module, else ``model(seed)``; anything else, or
+    a factory that returns no module, is a SimkitError naming the library ``argument``."""
+    if isinstance(model, nn.Module):
+        return model
+    if not callable(model):
+        raise SimkitError(f"`{argument}` must be a torch.nn.Module or a callable seed → module, got "
+                          f"{type(model).__name__}; load a model spec with simkit.models.load_model")
+    built = model(seed)
+    if not isinstance(built, nn.Module):
+        raise SimkitError(f"`{argument}` returned a {type(built).__name__} for seed {seed}, not a "
+                          "torch.nn.Module; a model factory must return the module")
+    return built
 
 
 def batch_rows(batch: Batch) -> int:

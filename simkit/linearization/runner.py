@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from simkit.data import Dataset, check_finite
 from simkit.engine import compare
 from simkit.errors import SimkitError
-from simkit.forward import check_accepts, eval_mode, modes_kept, resolve_device
+from simkit.forward import ModelSource, build_model, check_accepts, eval_mode, modes_kept, resolve_device
 from simkit.linearization.aggregate import aggregate_runs, mean_over_seeds
 from simkit.linearization.fold import fold_linear_stretches
 from simkit.linearization.labels import omega_text, run_label, stage_name
@@ -56,7 +56,6 @@ RUN_COLUMNS = ["granularity", "omega", "napl", "nonlinear_fraction", "accuracy",
 RECOVER_COLUMNS = ["accuracy_recovered", "final_loss_recovered", "steps_recovered"]
 
 # what ``linearize`` takes as its model: a module, or a factory building the model of each seed
-ModelSource = nn.Module | Callable[[int], nn.Module]
 
 __all__ = ["ModelSource", "linearize", "matched_napl", "omega_text", "post_train", "run_label"]
 
@@ -151,7 +150,7 @@ def linearize(model: ModelSource, data: Dataset, settings: LinearizeSettings | N
         check_finite(data)
     train, tensors = _labelled(data, settings.seed)
     seeds = settings.seed_list()
-    first = _build(model, seeds[0])
+    first = build_model(model, seeds[0], "model")
     inputs = _inputs(settings, first, data) if isinstance(run_dir, str | Path) else {}
     x, y, x_test, y_test = (t.to(device) for t in tensors)
     with modes_kept(first):
@@ -167,20 +166,6 @@ def linearize(model: ModelSource, data: Dataset, settings: LinearizeSettings | N
                       data_name=data.spec if data_name is None else data_name)
 
 
-def _build(model: ModelSource, seed: int) -> nn.Module:
-    """The model of ``seed``: ``model`` itself when it is a module, else ``model(seed)``."""
-    if isinstance(model, nn.Module):
-        return model
-    if not callable(model):
-        raise SimkitError(f"`model` must be a torch.nn.Module or a callable seed → module, got "
-                          f"{type(model).__name__}")
-    built = model(seed)
-    if not isinstance(built, nn.Module):
-        raise SimkitError(f"`model` returned a {type(built).__name__} for seed {seed}, not a torch.nn.Module; "
-                          "a model factory must return the module")
-    return built
-
-
 def _inputs(settings: LinearizeSettings, model: nn.Module, data: Dataset) -> dict[str, Any]:
     """What a Python caller's run directory is tied to: the settings, and fingerprints of the model as
     given (before any training) and of the data (its test split included)."""
@@ -191,7 +176,7 @@ def _seed_models(model: ModelSource, first: nn.Module, s: LinearizeSettings,
                  device: torch.device) -> tuple[Callable[[int, int], nn.Module], str]:
     """(model of the i-th seed, how the seeds' models differ) for the sweep, before any training."""
     if not isinstance(model, nn.Module):
-        return (lambda i, seed: first if i == 0 else _build(model, seed).to(device)), "built for each seed"
+        return (lambda i, seed: first if i == 0 else build_model(model, seed, "model").to(device)), "built for each seed"
     if s.train > 0 and s.seeds > 1:
         copies = [copy.deepcopy(first) for _ in range(s.seeds - 1)]
         return (lambda i, seed: first if i == 0 else copies[i - 1]), "copies of the given model (same initial weights)"

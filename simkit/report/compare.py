@@ -166,22 +166,29 @@ def _peak_chance(info: dict[str, Any] | None, i: int, j: int) -> str:
     return f", not beyond chance: its chance level is {_f(float(info['chance'][i, j]))}"
 
 
-def chance_table(result, metric: str, skip_diagonal: bool = False) -> dict[str, Any] | None:
+def chance_table(result, metric: str) -> dict[str, Any] | None:
     """The chance level, beats-chance flags (L_a, L_b) and the rule of ``metric`` from the similarity
     table; None for a result without chance levels."""
     table = result.tables["similarity"]
     if "chance" not in table.columns or table.loc[table["metric"] == metric, "chance"].isna().all():
         return None
-    chance = result.matrix(metric, "chance").to_numpy(dtype=float, na_value=np.nan)
-    beats = result.matrix(metric, "beats_chance").to_numpy(dtype=float, na_value=0.0).astype(bool)
-    null = result.meta.get("settings", {}).get("null")
+    return chance_info(metric, result.matrix(metric, "chance").to_numpy(dtype=float, na_value=np.nan),
+                       result.matrix(metric, "beats_chance").to_numpy(dtype=float, na_value=0.0),
+                       result.meta.get("settings", {}).get("null"))
+
+
+def chance_info(metric: str, chance: np.ndarray, beats: np.ndarray, null: Any,
+                skip_diagonal: bool = False) -> dict[str, Any]:
+    """What the findings and heatmaps need of ``metric``'s chance levels (R, C): the levels, the flags as
+    booleans, the cells not counted (each model with itself, ``skip_diagonal``), the rule in words and,
+    for a tested null, how many cells pass by chance alone. ``null``: ``meta.settings["null"]`` (the
+    permutations per metric; a number in older results)."""
     draws = int(null.get(metric, 0) if isinstance(null, dict) else null or 0)
-    info: dict[str, Any] = {"chance": chance, "beats": beats, "rule": beats_chance_rule(metric, draws)}
-    diagonal = np.eye(*chance.shape) > 0 if skip_diagonal else np.zeros(chance.shape, dtype=bool)
+    skip = np.eye(*chance.shape) > 0 if skip_diagonal else np.zeros(chance.shape, dtype=bool)
+    info: dict[str, Any] = {"chance": chance, "beats": np.nan_to_num(beats) > 0, "skip": skip,
+                            "rule": beats_chance_rule(metric, draws)}
     if draws >= TESTED_NULL:
-        keep = np.isfinite(chance) & np.logical_not(diagonal)
-        info["false_positives"] = float(keep.sum()) / (draws + 1)
-    info["skip"] = diagonal
+        info["false_positives"] = float((np.isfinite(chance) & np.logical_not(skip)).sum()) / (draws + 1)
     return info
 
 

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simkit.catalog import TESTED_NULL, beats_chance_rule
 from simkit.report.compare import (
     cautions,
+    chance_info,
     chance_sentences,
     colour_range,
     lead_metric,
@@ -57,22 +57,15 @@ def study_matrix(table: pd.DataFrame, metric: str, column: str, like: pd.DataFra
     return wide.to_numpy(dtype=float, na_value=np.nan)
 
 
-def chance_info(result, metric: str, like: pd.DataFrame) -> dict[str, Any] | None:
-    """The chance level, beats-chance flags (M, M) and the rule of ``metric`` (each model with itself
-    skipped in every count); None for a study without chance levels."""
+def study_chance(result, metric: str, like: pd.DataFrame) -> dict[str, Any] | None:
+    """``chance_info`` of ``metric``'s (M, M) cells, each model with itself never counted; None for a
+    study without chance levels."""
     table = result.tables["study"]
     chance = study_matrix(table, metric, "chance", like)
     beats = study_matrix(table, metric, "beats_chance", like)
     if chance is None or beats is None:
         return None
-    null = result.meta.get("settings", {}).get("null")
-    draws = int(null.get(metric, 0) if isinstance(null, dict) else null or 0)
-    skip = np.eye(len(like)) > 0
-    info: dict[str, Any] = {"chance": chance, "beats": np.nan_to_num(beats) > 0, "skip": skip,
-                            "rule": beats_chance_rule(metric, draws)}
-    if draws >= TESTED_NULL:
-        info["false_positives"] = float((np.isfinite(chance) & ~skip).sum()) / (draws + 1)
-    return info
+    return chance_info(metric, chance, beats, result.meta.get("settings", {}).get("null"), skip_diagonal=True)
 
 
 def findings(summary: dict[str, Any], matrices: dict[str, pd.DataFrame], band: list[dict],
@@ -116,7 +109,7 @@ def context(result) -> dict[str, Any]:
     heatmaps, matrices, chances = [], {}, {}
     for metric in metrics:
         frame = matrices[metric] = result.matrix(metric)
-        info = chance_info(result, metric, frame)
+        info = study_chance(result, metric, frame)
         if info is not None:
             chances[metric] = info
         marks = None if info is None else ChanceMarks(info["chance"], info["beats"] | info["skip"], info["rule"])

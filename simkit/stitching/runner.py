@@ -19,7 +19,7 @@ objective (``_arms`` → :class:`~simkit.stitching.assemble.ArmRows`), and the r
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,8 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from simkit.data import Dataset
-from simkit.errors import SimkitError
-from simkit.forward import check_accepts, modes_kept
+from simkit.forward import ModelSource, build_model, check_accepts, modes_kept
 from simkit.provenance import Timer
 from simkit.results import StitchResult
 from simkit.rundir import RunDir, open_run_dir
@@ -61,7 +60,6 @@ from simkit.training import (
 __all__ = ["COLUMNS", "DEFAULT_CACHE", "ModelSource", "StitchResult", "StitchSettings", "stitch"]
 
 # what ``stitch`` takes as a model: a module, or a factory building the model of each seed
-ModelSource = nn.Module | Callable[[int], nn.Module]
 
 DEFAULT_CACHE = Path("runs/.iri-cache")
 COMMAND = "stitch"
@@ -361,20 +359,6 @@ def _arms(ctx: _ArmContext, plan: list[_Cut], out: ArmRows, timer: Timer) -> Non
                 _train_objective(ctx, cut, arm, objective, inputs, init, out, timer)
 
 
-def _build(model: ModelSource, seed: int, label: str) -> nn.Module:
-    """The model of ``seed``: ``model`` itself when it is a module, else ``model(seed)``."""
-    if isinstance(model, nn.Module):
-        return model
-    if not callable(model):
-        raise SimkitError(f"`{label}` must be a torch.nn.Module or a callable seed → module, got "
-                          f"{type(model).__name__}; load a model spec with simkit.models.load_model")
-    built = model(seed)
-    if not isinstance(built, nn.Module):
-        raise SimkitError(f"`{label}` returned a {type(built).__name__} for seed {seed}, not a torch.nn.Module; "
-                          "a model factory must return the module")
-    return built
-
-
 def _seed_models(model_a: ModelSource, model_b: ModelSource, settings: StitchSettings) -> str:
     """How the seeds' models differ, for ``meta.seed_models``."""
     built = not isinstance(model_a, nn.Module) or not isinstance(model_b, nn.Module)
@@ -410,7 +394,7 @@ def stitch(model_a: ModelSource, model_b: ModelSource, data: Dataset, settings: 
     timer = Timer()
     settings = checked_settings(settings)
     seeds = settings.seed_list()
-    first_a, first_b = _build(model_a, seeds[0], "model_a"), _build(model_b, seeds[0], "model_b")
+    first_a, first_b = build_model(model_a, seeds[0], "model_a"), build_model(model_b, seeds[0], "model_b")
     check_arguments(first_a, first_b, data)
     name_a, name_b = (str(name) for name in names)
     prep = prepare(first_a, first_b, data, settings, test_data, (name_a, name_b), device, timer)
@@ -422,8 +406,8 @@ def stitch(model_a: ModelSource, model_b: ModelSource, data: Dataset, settings: 
     trained: list[tuple[nn.Module, nn.Module]] = []
     for i, seed in enumerate(seeds):
         run = _SeedRun(seed, f"_s{seed}" if len(seeds) > 1 else "")
-        net_a, net_b = (first_a, first_b) if i == 0 else (_build(model_a, seed, "model_a"),
-                                                           _build(model_b, seed, "model_b"))
+        net_a, net_b = (first_a, first_b) if i == 0 else (build_model(model_a, seed, "model_a"),
+                                                           build_model(model_b, seed, "model_b"))
         plan = setup.plan if i == 0 else _cut(net_a, net_b, prep.pairs, setup.probe, prep.tokens, prep.dev)
         net_a, net_b, plan = _models(net_a, net_b, plan, prep, setup, options, run, timer)
         with timer("evaluate"):

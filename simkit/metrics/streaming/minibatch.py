@@ -193,7 +193,8 @@ class MinibatchPart:
             if self.resamples and self.ci is not None:
                 boot = cka_ratio(s[f"{m}.boot_cross"], s[f"{m}.boot_self_a"][:, :, None],
                                  s[f"{m}.boot_self_b"][:, None, :], warn=False)
-                out[m].update(ci_summary(value, mask_constant(boot, const_a, const_b), self.ci, int(used)))
+                replicates = mask_constant(boot, const_a, const_b).cpu().numpy()
+                out[m].update(ci_summary(value.cpu().numpy(), replicates, self.ci, int(used)))
         return out
 
     def describe(self) -> dict[str, dict[str, Any]]:

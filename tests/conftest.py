@@ -12,3 +12,17 @@ def no_leaked_flush_denormal():
     """Flush-to-zero is process-wide: a test (or library code) that leaves it on breaks later ones."""
     yield
     assert not denormals_flushed(), "torch.set_flush_denormal(True) leaked out of the code under test"
+
+
+@pytest.fixture(scope="module")
+def data_spec(tmp_path_factory):
+    """Tiny labelled 8×8 images as .npy files (a data spec that loads without scikit-learn)."""
+    import numpy as np
+
+    folder = tmp_path_factory.mktemp("data")
+    rng = np.random.default_rng(0)
+    x = rng.random((150, 1, 8, 8)).astype(np.float32)
+    y = (x[:, 0, :4].sum((1, 2)) > x[:, 0, 4:].sum((1, 2))).astype(np.int64)
+    np.save(folder / "x.npy", x)
+    np.save(folder / "y.npy", y)
+    return f"npy:{folder / 'x.npy'},labels={folder / 'y.npy'}"

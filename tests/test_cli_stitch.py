@@ -16,18 +16,6 @@ MODEL = "simkit:cnn2d:channels=4,layers=2"
 
 
 @pytest.fixture(scope="module")
-def data_spec(tmp_path_factory):
-    """Tiny labelled 8×8 images as .npy files (a data spec that loads without scikit-learn)."""
-    folder = tmp_path_factory.mktemp("data")
-    rng = np.random.default_rng(0)
-    x = rng.random((150, 1, 8, 8)).astype(np.float32)
-    y = (x[:, 0, :4].sum((1, 2)) > x[:, 0, 4:].sum((1, 2))).astype(np.int64)
-    np.save(folder / "x.npy", x)
-    np.save(folder / "y.npy", y)
-    return f"npy:{folder / 'x.npy'},labels={folder / 'y.npy'}"
-
-
-@pytest.fixture(scope="module")
 def common(data_spec):
     return ["--data", data_spec, "--n", "120", "--steps", "4", "--iri-steps", "15", "--batch-size", "32"]
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_full_disk import stable
 from typer.testing import CliRunner
 
 from simkit.cli.main import app
@@ -43,13 +44,6 @@ sys.stdin.read()  # hold the run directory until the test closes our stdin (or k
 run.close()
 print("released", flush=True)
 """
-
-
-def stable(value):
-    """``value`` without what wall-clock time decides (keys naming a time or seconds), at any depth."""
-    if isinstance(value, dict):
-        return {k: stable(v) for k, v in value.items() if "time" not in k and "second" not in k}
-    return [stable(v) for v in value] if isinstance(value, list) else value
 
 
 def invoke(*args):

@@ -56,17 +56,6 @@ def t_reference(values: np.ndarray) -> tuple[float, float, float, float]:
 
 
 @pytest.fixture(scope="module")
-def data_spec(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("data")
-    rng = np.random.default_rng(0)
-    x = rng.random((150, 1, 8, 8)).astype(np.float32)
-    y = (x[:, 0, :4].sum((1, 2)) > x[:, 0, 4:].sum((1, 2))).astype(np.int64)
-    np.save(folder / "x.npy", x)
-    np.save(folder / "y.npy", y)
-    return f"npy:{folder / 'x.npy'},labels={folder / 'y.npy'}"
-
-
-@pytest.fixture(scope="module")
 def two_seeds(tmp_path_factory, data_spec):
     out = tmp_path_factory.mktemp("seeds")
     args = ["stitch", MODEL, MODEL, "--data", data_spec, "--n", "120", "--steps", "5", "--iri-steps", "10",

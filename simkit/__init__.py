@@ -53,6 +53,8 @@ _LAZY = {
     "StitchSettings": "simkit.stitching",
     "linearize": "simkit.linearization",
     "LinearizeSettings": "simkit.linearization",
+    "matched_napl": "simkit.linearization",
+    "matched_over_seeds": "simkit.linearization",
     "graft": "simkit.grafting",
     "GraftSettings": "simkit.grafting",
     "TrainConfig": "simkit.training",

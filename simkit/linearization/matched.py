@@ -9,6 +9,10 @@ linear interpolation between the two channel-wise points around it (``interpolat
 the channel-wise range, the nearest channel-wise point (``nearest``: not a match, only a hint).
 The same matching on another x (``x="linearized_fraction"``: the fraction of units whose slope is 1)
 gives the comparison at equal fraction linearized; its tables name that column instead of ``napl``.
+The same matching of another accuracy column (``value="accuracy_recovered"``: after recovery
+fine-tuning) keeps the column names ``layer_accuracy`` / ``channel_accuracy``. ``channel_omega`` names
+the ω of the channel-wise runs a match comes from (both neighbours' when interpolated, "a | b"), beside
+``layer_omega``, so the penalty strengths behind every matched point can be compared.
 
 Over seeds, the channel − layer difference is paired by seed (both granularities start from the same
 network of that seed): its mean, std, 95 % t interval (``difference_low``, ``difference_high``) and the
@@ -27,7 +31,7 @@ from simkit.linearization.labels import omega_text
 from simkit.stats import paired_difference, verdict
 
 MATCHED_COLUMNS = ["seed", "napl", "layer_omega", "layer_runs", "layer_accuracy", "channel_accuracy",
-                   "channel_runs", "difference", "how"]
+                   "channel_runs", "difference", "how", "channel_omega"]
 MATCHED_MEAN_COLUMNS = ["napl", "seeds", "matched_seeds", "layer_accuracy_mean", "layer_accuracy_std",
                         "channel_accuracy_mean", "channel_accuracy_std", "difference_mean", "difference_std",
                         "difference_low", "difference_high", "difference_min", "difference_max", "verdict"]
@@ -37,50 +41,56 @@ def _columns(columns: list[str], x: str) -> list[str]:
     return [x if c == "napl" else c for c in columns]
 
 
-def _points(runs: pd.DataFrame, x: str = "napl") -> pd.DataFrame:
+def _points(runs: pd.DataFrame, x: str = "napl", value: str = "accuracy") -> pd.DataFrame:
     """One row per distinct ``x`` of ``runs`` (one granularity, one seed), sorted by it: the mean
-    accuracy, how many runs, and their ω values as text; the x column is called ``napl`` here."""
+    of ``value``, how many runs, and their ω values as text; the columns are called ``napl`` and
+    ``accuracy`` here."""
     keyed = runs.assign(key=[napl_key(v) for v in runs[x]])
-    rows = [{"napl": key, "accuracy": float(group["accuracy"].mean()), "runs": len(group),
+    rows = [{"napl": key, "accuracy": float(group[value].mean()), "runs": len(group),
              "omega": ", ".join(omega_text(w) for w in sorted(group["omega"]))}
             for key, group in keyed.groupby("key", sort=True)]
     return pd.DataFrame(rows, columns=["napl", "accuracy", "runs", "omega"])
 
 
-def _match(napl: float, channel: pd.DataFrame) -> tuple[float, int, str]:
-    """(channel-wise accuracy at ``napl``, channel runs it comes from, how) from the channel points."""
-    xs, ys, counts = (channel[c].to_numpy() for c in ("napl", "accuracy", "runs"))
+def _match(napl: float, channel: pd.DataFrame) -> tuple[float, int, str, str]:
+    """(channel-wise accuracy at ``napl``, channel runs it comes from, how, their ω) from the channel
+    points."""
+    xs, ys, counts, omegas = (channel[c].to_numpy() for c in ("napl", "accuracy", "runs", "omega"))
     at = np.flatnonzero(xs == napl)
     if at.size:
-        return float(ys[at[0]]), int(counts[at[0]]), "exact"
+        return float(ys[at[0]]), int(counts[at[0]]), "exact", str(omegas[at[0]])
     if xs[0] < napl < xs[-1]:
         right = int(np.searchsorted(xs, napl))
-        return float(np.interp(napl, xs, ys)), int(counts[right - 1] + counts[right]), "interpolated"
+        return (float(np.interp(napl, xs, ys)), int(counts[right - 1] + counts[right]), "interpolated",
+                f"{omegas[right - 1]} | {omegas[right]}")
     nearest = int(np.abs(xs - napl).argmin())
-    return float(ys[nearest]), int(counts[nearest]), "nearest"
+    return float(ys[nearest]), int(counts[nearest]), "nearest", str(omegas[nearest])
 
 
-def matched_napl(runs: pd.DataFrame, x: str = "napl") -> pd.DataFrame:
+def matched_napl(runs: pd.DataFrame, x: str = "napl", value: str = "accuracy") -> pd.DataFrame:
     """Channel-wise accuracy at each distinct layer-wise NAPL of each seed, and the difference
     (channel − layer); columns :data:`MATCHED_COLUMNS`, sorted by seed, then NAPL.
 
     runs: the runs table (granularity, omega, napl, accuracy and, for several seeds, seed). A seed
     without runs of both granularities has no rows. x: the column matched on (default ``napl``;
     ``linearized_fraction`` for equal fraction linearized), which replaces ``napl`` in the columns.
+    value: the accuracy column compared (default ``accuracy``; ``accuracy_recovered`` after recovery);
+    the columns keep their names. ``channel_omega``: the ω of the channel-wise point(s) used ("a | b"
+    for the two neighbours of an interpolation).
     """
     runs = runs if "seed" in runs.columns else runs.assign(seed=0)
     rows: list[dict[str, Any]] = []
     for seed, group in runs.groupby("seed", sort=True):
-        channel = _points(group[group["granularity"] == "channel"], x)
-        layer = _points(group[group["granularity"] == "layer"], x)
+        channel = _points(group[group["granularity"] == "channel"], x, value)
+        layer = _points(group[group["granularity"] == "layer"], x, value)
         if channel.empty or layer.empty:
             continue
         for point in layer.itertuples(index=False):
-            accuracy, count, how = _match(float(point.napl), channel)
+            accuracy, count, how, omegas = _match(float(point.napl), channel)
             rows.append({"seed": int(seed), x: float(point.napl), "layer_omega": point.omega,
                          "layer_runs": int(point.runs), "layer_accuracy": float(point.accuracy),
                          "channel_accuracy": accuracy, "channel_runs": count,
-                         "difference": accuracy - float(point.accuracy), "how": how})
+                         "difference": accuracy - float(point.accuracy), "how": how, "channel_omega": omegas})
     return pd.DataFrame(rows, columns=_columns(MATCHED_COLUMNS, x))
 
 

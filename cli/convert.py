@@ -8,8 +8,10 @@ from typing import Annotated
 import typer
 
 from simkit.cli.common import (
+    FLAG,
     LIST,
     DataOpt,
+    DataSeedOpt,
     DeviceOpt,
     NOpt,
     NoReportOpt,
@@ -23,6 +25,25 @@ from simkit.cli.common import (
     split_list,
 )
 from simkit.cli.inputs import cli_run_dir
+
+# the options that name files, and what they are (checked and fingerprinted in inputs.json)
+INPUT_FILES = {"guide": "model", "data": "data", "plan": "plan", "weights": "path", "align_data": "data"}
+# the options of issue 23 (seeds, distillation, alignment inputs), declared once here
+SeedsOpt = Annotated[int, typer.Option(
+    "--seeds", help="Number of seeds: everything (guide training, every arm and baseline) runs for --seed, "
+                    "--seed+1, ... (each seed builds GUIDE with its seed); aggregate.csv and the report give "
+                    "mean, std and 95 % t interval, and converted − scratch paired by seed.")]
+KdAlphaOpt = Annotated[float, typer.Option(
+    "--kd-alpha", help="Distillation baseline: weight of the cross-entropy on the labels, alpha·CE + "
+                       "(1 − alpha)·T²·KL to the guide (0 = label-free distillation).")]
+KdTemperatureOpt = Annotated[float, typer.Option(
+    "--kd-temperature", help="Distillation baseline: temperature T of the KL term.")]
+AlignValOpt = Annotated[bool, typer.Option(
+    "--align-val/--no-align-val", help="Add the validation split's inputs (never its labels) to the alignment "
+                                       "inputs.", metavar=FLAG)]
+AlignDataOpt = Annotated[str | None, typer.Option(
+    "--align-data", help="A second data spec whose inputs (never its labels) are added to the alignment inputs; "
+                         "shaped like --data.")]
 
 
 @command("convert", help=(
@@ -43,7 +64,8 @@ def convert_command(
         "--schedule", help="progressive, sequential, independent, joint (comma list).", show_default="progressive",
         metavar=LIST)] = None,
     metric: Annotated[list[str] | None, typer.Option(
-        "--metric", help="Alignment loss: cka, unbiased_cka, dmnn (comma list).", show_default="cka", metavar=LIST)] = None,
+        "--metric", help="Alignment loss: linear_cka (1 − linear CKA; alias cka), unbiased_cka, dmnn (comma list).",
+        show_default="linear_cka", metavar=LIST)] = None,
     baselines: Annotated[str, typer.Option(
         "--baselines", help="Comma list of scratch, kd; 'none' for no baseline.")] = "scratch,kd",
     plan: Annotated[str | None, typer.Option(
@@ -92,9 +114,15 @@ def convert_command(
     guide_lr: Annotated[float, typer.Option(
         "--guide-lr", help="--train-guide learning rate (AdamW, cosine decay, batch 128, the best validation "
                            "epoch kept).")] = 1e-2,
+    seeds: SeedsOpt = 1,
+    kd_alpha: KdAlphaOpt = 0.5,
+    kd_temperature: KdTemperatureOpt = 4.0,
+    align_val: AlignValOpt = False,
+    align_data: AlignDataOpt = None,
     weights: Annotated[Path | None, typer.Option("--weights", help="Local weights file for GUIDE.")] = None,
     n: NOpt = None,
     seed: SeedOpt = 0,
+    data_seed: DataSeedOpt = 0,
     trust: TrustOpt = False,
     device: DeviceOpt = "cpu",
     resume: ResumeOpt = False,
@@ -105,31 +133,51 @@ def convert_command(
     from simkit.data import load_data
 
     settings = ConvertSettings(
-        steps_per_stage=steps_per_stage, max_stage_steps=max_stage_steps,
-        stop_loss=stop_loss, plateau_factor=plateau_factor, val_fraction=val_fraction,
-        baseline_epochs=baseline_epochs, baseline_max_epochs=baseline_max_epochs,
-        baseline_patience=baseline_patience, guide_lr=guide_lr,
+        steps_per_stage=steps_per_stage, max_stage_steps=max_stage_steps, stop_loss=stop_loss,
+        plateau_factor=plateau_factor, val_fraction=val_fraction, baseline_epochs=baseline_epochs,
+        baseline_max_epochs=baseline_max_epochs, baseline_patience=baseline_patience, guide_lr=guide_lr,
         recipe=None if plan else recipe, schedule=split_list(schedule) or ["progressive"],
-        metric=split_list(metric) or ["cka"],
-        baselines=[] if baselines.strip().lower() == "none" else split_list(baselines), plan=plan,
-        rank=rank, group=group, cell=cell, finetune_epochs=finetune_epochs,
+        metric=split_list(metric) or ["linear_cka"], plan=plan, rank=rank, group=group, cell=cell,
+        baselines=[] if baselines.strip().lower() == "none" else split_list(baselines), finetune_epochs=finetune_epochs,
         head_epochs=head_epochs, batch_size=batch_size, lr=lr, guide_init=split_list(guide_init) or ["trained"],
-        train_guide=train_guide, plateau_window=plateau_window, seed=seed, n=n).validate()
+        train_guide=train_guide, plateau_window=plateau_window, seed=seed, n=n, seeds=seeds, kd_alpha=kd_alpha,
+        kd_temperature=kd_temperature, align_val=align_val, align_data=align_data).validate()
     run_dir = cli_run_dir("convert", out, resume, {**settings.to_dict(), "guide": guide, "data": data,
-                                                   "weights": weights},
-                          files={"guide": "model", "data": "data", "plan": "plan", "weights": "path"})
-    guide_model = load_cli_model(guide, seed=seed, trust=trust, weights=weights)
-    dataset = load_data(data, n=n, seed=seed)
+                                                   "weights": weights, "data_seed": data_seed},
+                          files=INPUT_FILES)
+    guide_model, source = _guides(guide, seed, seeds, trust, weights)
+    dataset = load_data(data, n=n, seed=data_seed).with_test_split(data_seed)  # held out by the data seed
     replacement_plan = load_plan_file(plan, guide_model) if plan else None
-    result = convert(guide_model, dataset, settings, plan=replacement_plan, run_dir=run_dir, resume=resume,
-                     device=device, guide_name=guide, data_name=data)
+    extra = load_data(align_data, seed=data_seed) if align_data else None
+    result = convert(source, dataset, settings, plan=replacement_plan, run_dir=run_dir, resume=resume, device=device,
+                     guide_name=guide, data_name=data, align_data=extra)
+    _echo(result)
+    finish(result, out, no_report)
+
+
+def _guides(spec: str, seed: int, seeds: int, trust: bool, weights: Path | None):
+    """(the guide of ``seed``, what ``convert`` takes): that guide for one seed; for several, a factory that
+    builds each seed's guide with its seed (zoo specs: their own initialisation; files: the same weights)."""
+    first = load_cli_model(spec, seed=seed, trust=trust, weights=weights)
+    if seeds == 1:
+        return first, first
+    return first, lambda model_seed: first if model_seed == seed else load_cli_model(
+        spec, seed=model_seed, trust=trust, weights=weights)
+
+
+def _echo(result) -> None:
+    """One line per arm and seed, then the headline: converted − scratch paired by seed with its interval."""
+    from simkit.stats import interval_of
+
     score = result.extra["score"]
     for _, row in result.tables["runs"].iterrows():
-        typer.echo(f"{row['schedule']} {row['metric']} {row['guide_init']} rank {row['rank']}: converted {score} "
-                   f"{row[f'converted_{score}']:.4g} (guide {row[f'guide_{score}']:.4g})")
+        typer.echo(f"seed {row['seed']} {row['schedule']} {row['metric']} {row['guide_init']} rank {row['rank']}: "
+                   f"converted {score} {row[f'converted_{score}']:.4g} (guide {row[f'guide_{score}']:.4g})")
     summary = result.summary
     if summary.get("gain_over_scratch") is not None:
+        gain = interval_of(summary, "gain_over_scratch", len(summary["seeds"]))
+        noise = "beyond noise" if summary["gain_beyond_noise"] else "not beyond noise"
         typer.echo(f"scratch {score} {summary[f'scratch_{score}']:.4g} after {summary['scratch_steps']} steps "
-                   f"(conversion {summary['converted_steps']}): gain over scratch {summary['gain_over_scratch']:+.4g}")
-    finish(result, out, no_report)
+                   f"(conversion {summary['converted_steps']}): gain over scratch {gain.text(digits=4)}"
+                   + (f", {noise}" if gain.n > 1 else ""))
 

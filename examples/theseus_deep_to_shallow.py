@@ -31,8 +31,9 @@ Design (written before the runs):
     .venv/bin/python examples/theseus_deep_to_shallow.py --out runs/theseus_deep_to_shallow \\
         --results examples/results/theseus_deep_to_shallow_3seeds.md
 
-Each seed is one ``simkit.convert`` call (run directory --out/seed<S>, with report.html; --resume
-continues it). The note goes to --out/summary.md (and to --results when given).
+One ``simkit.convert`` call runs every seed (``seeds``; run directory --out with report.html; --resume
+continues it). The note (the aggregate table: mean, std, 95 % t interval per arm and the difference
+from scratch paired by seed) goes to --out/summary.md (and to --results when given).
 """
 
 from __future__ import annotations
@@ -47,18 +48,18 @@ import torch
 
 import simkit
 from simkit.data import load_data
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from theseus_seeds import markdown, run_seeds  # noqa: E402  (the examples' shared helper)
+from simkit.models import load_model
 
 GUIDE = "simkit:cnn1d:channels=32,layers=8,kernel=3,residual=true"
+TITLE = "Deep → shallow residual CNN on MNIST-1D (deep-to-shallow)"
 
 
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path("runs/theseus_deep_to_shallow"))
     p.add_argument("--results", type=Path, default=None, help="also write the note here")
-    p.add_argument("--seeds", default="0,1,2", help="comma list of seeds")
+    p.add_argument("--seed", type=int, default=0, help="first seed")
+    p.add_argument("--seeds", type=int, default=3, help="number of seeds")
     p.add_argument("--guide", default=GUIDE)
     p.add_argument("--group", type=int, default=4, help="guide blocks per target block")
     p.add_argument("--guide-epochs", type=float, default=30)
@@ -71,31 +72,24 @@ def parse() -> argparse.Namespace:
     return p.parse_args()
 
 
-def settings(args: argparse.Namespace, seed: int) -> simkit.ConvertSettings:
+def settings(args: argparse.Namespace) -> simkit.ConvertSettings:
     return simkit.ConvertSettings(
         recipe="deep-to-shallow", group=args.group, schedule=["progressive"], metric=["cka"],
         baselines=["scratch"], steps_per_stage=args.steps_per_stage, batch_size=256, lr=1e-3,
         head_epochs=args.head_epochs, finetune_epochs=args.finetune_epochs, train_guide=args.guide_epochs,
-        guide_lr=1e-3, val_fraction=0.1, baseline_patience=10, baseline_epochs=200, baseline_max_epochs=200, seed=seed, n=args.n)
+        guide_lr=1e-3, val_fraction=0.1, baseline_patience=10, baseline_epochs=200, baseline_max_epochs=200, seed=args.seed, seeds=args.seeds, n=args.n)
 
 
 def main() -> None:
     args = parse()
     torch.set_flush_denormal(True)  # a script of its own: the whole process may flush
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     data = load_data("mnist1d")
     started = time.perf_counter()
-    rows = run_seeds(args.guide, data, "mnist1d", lambda seed: settings(args, seed), seeds, args.out,
-                     resume=args.resume, report=not args.no_report)
-    shallow = "shallow CNN"
-    labels = {"guide": "guide: 8-block residual CNN", "converted": f"converted {shallow} (progressive, CKA)",
-              "probe": f"linear probe on the aligned {shallow}", "scratch": f"{shallow} from scratch (best validation epoch)"}
-    text = markdown(f"Deep → shallow residual CNN on MNIST-1D (deep-to-shallow, group {args.group})", rows,
-                    labels, settings(args, seeds[0]),
-                    "python examples/theseus_deep_to_shallow.py " + shlex.join(sys.argv[1:]),
-                    time.perf_counter() - started)
-    args.out.mkdir(parents=True, exist_ok=True)
-    rows.to_csv(args.out / "summary.csv", index=False)
+    result = simkit.convert(lambda seed: load_model(args.guide, seed=seed), data, settings(args), run_dir=args.out,
+                            resume=args.resume, guide_name=args.guide, data_name="mnist1d", progress=False)
+    simkit.save_run(result, args.out, report=not args.no_report)
+    text = (f"# {TITLE}\n\nCommand: `python {shlex.join(sys.argv)}`; wall time "
+            f"{time.perf_counter() - started:.0f} s.\n\n" + result.tables["aggregate"].to_string() + "\n")
     for path in [args.out / "summary.md"] + ([args.results] if args.results else []):
         path.write_text(text)
     print(text)

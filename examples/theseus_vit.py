@@ -26,8 +26,9 @@ Design (written before the runs):
     .venv/bin/python examples/theseus_vit.py --out runs/theseus_vit \\
         --results examples/results/theseus_vit_3seeds.md
 
-Each seed is one ``simkit.convert`` call (run directory --out/seed<S>, with report.html; --resume
-continues it). The note goes to --out/summary.md (and to --results when given).
+One ``simkit.convert`` call runs every seed (``seeds``; run directory --out with report.html; --resume
+continues it). The note (the aggregate table: mean, std, 95 % t interval per arm and the difference
+from scratch paired by seed) goes to --out/summary.md (and to --results when given).
 """
 
 from __future__ import annotations
@@ -42,18 +43,18 @@ import torch
 
 import simkit
 from simkit.data import load_data
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from theseus_seeds import markdown, run_seeds  # noqa: E402  (the examples' shared helper)
+from simkit.models import load_model
 
 GUIDE = "simkit:vit:dim=64,depth=4,heads=4,patch=4"
+TITLE = "ViT → Patch-MLP on MNIST-1D (attention-to-mlp)"
 
 
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path("runs/theseus_vit"))
     p.add_argument("--results", type=Path, default=None, help="also write the note here")
-    p.add_argument("--seeds", default="0,1,2", help="comma list of seeds")
+    p.add_argument("--seed", type=int, default=0, help="first seed")
+    p.add_argument("--seeds", type=int, default=3, help="number of seeds")
     p.add_argument("--guide", default=GUIDE)
     p.add_argument("--guide-epochs", type=float, default=40)
     p.add_argument("--steps-per-stage", type=int, default=200)
@@ -65,28 +66,24 @@ def parse() -> argparse.Namespace:
     return p.parse_args()
 
 
-def settings(args: argparse.Namespace, seed: int) -> simkit.ConvertSettings:
+def settings(args: argparse.Namespace) -> simkit.ConvertSettings:
     return simkit.ConvertSettings(
         recipe="attention-to-mlp", schedule=["progressive"], metric=["cka"], baselines=["scratch"],
         steps_per_stage=args.steps_per_stage, batch_size=256, lr=1e-3, head_epochs=args.head_epochs,
         finetune_epochs=args.finetune_epochs, train_guide=args.guide_epochs, guide_lr=1e-3, val_fraction=0.1,
-        baseline_patience=10, baseline_epochs=60, baseline_max_epochs=200, seed=seed, n=args.n)
+        baseline_patience=10, baseline_epochs=60, baseline_max_epochs=200, seed=args.seed, seeds=args.seeds, n=args.n)
 
 
 def main() -> None:
     args = parse()
     torch.set_flush_denormal(True)  # a script of its own: the whole process may flush
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     data = load_data("mnist1d")
     started = time.perf_counter()
-    rows = run_seeds(args.guide, data, "mnist1d", lambda seed: settings(args, seed), seeds, args.out,
-                     resume=args.resume, report=not args.no_report)
-    labels = {"guide": "guide: ViT (class-token readout)", "converted": "converted Patch-MLP (progressive, CKA)",
-              "probe": "linear probe on the aligned Patch-MLP", "scratch": "Patch-MLP from scratch (best validation epoch)"}
-    text = markdown("ViT → Patch-MLP on MNIST-1D (attention-to-mlp)", rows, labels, settings(args, seeds[0]),
-                    "python examples/theseus_vit.py " + shlex.join(sys.argv[1:]), time.perf_counter() - started)
-    args.out.mkdir(parents=True, exist_ok=True)
-    rows.to_csv(args.out / "summary.csv", index=False)
+    result = simkit.convert(lambda seed: load_model(args.guide, seed=seed), data, settings(args), run_dir=args.out,
+                            resume=args.resume, guide_name=args.guide, data_name="mnist1d", progress=False)
+    simkit.save_run(result, args.out, report=not args.no_report)
+    text = (f"# {TITLE}\n\nCommand: `python {shlex.join(sys.argv)}`; wall time "
+            f"{time.perf_counter() - started:.0f} s.\n\n" + result.tables["aggregate"].to_string() + "\n")
     for path in [args.out / "summary.md"] + ([args.results] if args.results else []):
         path.write_text(text)
     print(text)

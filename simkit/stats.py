@@ -16,7 +16,7 @@ with s the sample standard deviation (ddof = 1). Torch-free (base layer).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -45,12 +45,30 @@ class Interval:
         """The fields as ``{prefix + name: value}`` (e.g. ``gain_mean``, ``gain_low`` ...)."""
         return {f"{prefix}{key}": value for key, value in asdict(self).items()}
 
+    def scaled(self, factor: float) -> Interval:
+        """The interval in other units (``factor`` > 0, e.g. 100 for accuracy points)."""
+        if not factor > 0:
+            raise SimkitError(f"`factor` must be > 0, got {factor!r}")
+        return Interval(self.mean * factor, self.std * factor, self.low * factor, self.high * factor, self.n,
+                        self.confidence)
+
     def text(self, digits: int = 1, unit: str = "") -> str:
         """``+2.1 (95 % CI −0.1 to +4.3, 3 seeds)``; the mean alone with one seed."""
         if self.n < 2:
             return f"{self.mean:+.{digits}f}{unit} (one seed, no interval)"
         return (f"{self.mean:+.{digits}f}{unit} ({self.confidence:.0%} CI {self.low:+.{digits}f} to "
                 f"{self.high:+.{digits}f}{unit}, {self.n} seeds)")
+
+
+def interval_of(record: Mapping[str, Any], prefix: str, n: int, confidence: float = 0.95) -> Interval:
+    """The interval a record (a run's summary) keeps flat as ``prefix`` (the mean), ``<prefix>_std``,
+    ``<prefix>_low`` and ``<prefix>_high`` over ``n`` seeds (missing or None: NaN)."""
+    def value(key: str) -> float:
+        got = record.get(key)
+        return math.nan if got is None else float(got)
+
+    return Interval(value(prefix), value(f"{prefix}_std"), value(f"{prefix}_low"), value(f"{prefix}_high"), int(n),
+                    confidence)
 
 
 def _finite(values: Sequence[float] | np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ from simkit.report import render_report
 
 GUIDE = "simkit:cnn2d:channels=4,layers=2"
 TINY = ["--data", "digits", "--n", "300", "--rank", "8", "--steps-per-stage", "3", "--finetune-epochs", "1",
-        "--batch-size", "64", "--train-guide", "1"]
+        "--batch-size", "64", "--train-guide", "1", "--baseline-epochs", "2"]
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def test_cli_writes_the_contract_files(run_dir):
     summary = data["summary"]
     for key in ("guide_accuracy", "converted_accuracy", "scratch_accuracy", "kd_accuracy"):
         assert 0.0 <= summary[key] <= 1.0
-    assert (summary["schedule"], summary["metric"], summary["recipe"]) == ("progressive", "cka", "conv-to-mlp")
+    assert (summary["schedule"], summary["metric"], summary["recipe"]) == ("progressive", "linear_cka", "conv-to-mlp")  # cka: alias
     assert data["meta"]["settings"]["device"] == "cpu"
     runs = pd.read_csv(run_dir / "runs.csv")
     assert runs["schedule"].tolist() == ["progressive", "joint"]
@@ -42,7 +42,7 @@ def test_cli_writes_the_contract_files(run_dir):
     progressive = stages[stages["schedule"] == "progressive"]
     assert set(progressive["stage"]) == {"stage1", "stage2", "finetuned"}
     assert set(progressive["layer"]) == {"blocks.0.conv", "blocks.1.conv"}
-    assert (run_dir / "checkpoints" / "trained-progressive-cka-stage2.pt").is_file()
+    assert (run_dir / "checkpoints" / "trained-progressive-linear_cka-stage2.pt").is_file()
 
 
 def test_cli_report_has_heatmaps_and_table(run_dir):
@@ -119,6 +119,9 @@ def test_help_shows_every_stopping_rule_and_its_default():
     (["--val-fraction", "0.95"], "--val-fraction"),
     (["--max-stage-steps", "0"], "--max-stage-steps"),
     (["--baseline-patience", "0"], "--baseline-patience"),
+    (["--seeds", "0"], "--seeds must be a positive integer"),
+    (["--kd-alpha", "1.5"], "--kd-alpha must be in [0, 1]"),
+    (["--align-val", "--val-fraction", "0"], "--align-val adds the validation inputs"),
 ])
 def test_cli_bad_stopping_options_exit_2_with_one_line(tmp_path, args, message):
     result = CliRunner().invoke(app, ["convert", GUIDE, *TINY, *args, "--out", str(tmp_path / "x")])
@@ -151,7 +154,7 @@ def test_meta_records_the_settings_as_given_and_as_resolved(run_dir):
     meta = json.loads((run_dir / "result.json").read_text())["meta"]
     options = json.loads((run_dir / "inputs.json").read_text())["options"]
     given, resolved = meta["settings_given"], meta["settings"]
-    assert given == {k: v for k, v in options.items() if k not in ("guide", "data", "weights")}
+    assert given == {k: v for k, v in options.items() if k not in ("guide", "data", "weights", "data_seed")}
     assert (given["stop_loss"], given["steps_per_stage"]) == ("auto", 3)
     assert resolved["stop_loss"] is None and resolved["stage_steps"] == 3  # "auto" is off with a fixed number
 
@@ -185,3 +188,64 @@ def test_cli_weights_load_the_guide_and_are_recorded(tmp_path, monkeypatch):
     record = seen["run_dir"].record
     assert record["options"]["weights"] == str(path)
     assert record["files"]["weights"] == {str(path): hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
+def test_cli_seeds_write_per_seed_rows_the_aggregate_and_the_paired_headline_and_resume(tmp_path):
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    out = tmp_path / "seeds"
+    args = ["convert", GUIDE, *TINY, "--metric", "linear_cka", "--baselines", "scratch", "--seeds", "2",
+            "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "seed 1 progressive linear_cka trained" in result.output
+    assert "gain over scratch" in result.output and "95% CI" in result.output
+    runs = pd.read_csv(out / "runs.csv")
+    assert runs["seed"].tolist() == [0, 1]
+    assert {"labelled_epochs", "steps", "scratch_labelled_epochs", "scratch_steps", "still_improving",
+            "scratch_still_improving", "best_step"} <= set(runs.columns)
+    aggregate = pd.read_csv(out / "aggregate.csv").set_index("role")
+    converted = aggregate.loc["converted"]
+    assert converted["seeds"] == 2 and converted["accuracy_mean"] == pytest.approx(runs["converted_accuracy"].mean())
+    assert converted["accuracy_low"] <= converted["accuracy_mean"] <= converted["accuracy_high"]
+    data = json.loads((out / "result.json").read_text())
+    summary, meta = data["summary"], data["meta"]
+    assert summary["seeds"] == [0, 1] and meta["seed_models"] == "built for each seed"
+    gains = runs["converted_accuracy"] - runs["scratch_accuracy"]
+    assert summary["gain_over_scratch"] == pytest.approx(gains.mean())
+    assert summary["gain_over_scratch_low"] < gains.mean() < summary["gain_over_scratch_high"]
+    assert summary["gain_beyond_noise"] == (summary["gain_over_scratch_low"] > 0 or summary["gain_over_scratch_high"] < 0)
+    html = (out / "report.html").read_text()
+    first = re.search(r'<section class="findings".*?<p>(.*?)</p>', html, re.S).group(1)
+    assert "paired by seed" in first and "95% CI" in first and "2 seeds" in first
+    assert ("— beyond noise" in first) == summary["gain_beyond_noise"]
+    assert ("not beyond noise" in first) == (not summary["gain_beyond_noise"])
+    assert "Budgets of every arm" in html and "Every seed, the mean and its interval" in html
+    for name in ("guide_s0", "guide_s1", "trained-progressive-linear_cka-stage2_s1", "scratch_s1"):
+        assert (out / "checkpoints" / f"{name}.pt").is_file(), name
+
+    steps = {"n": 0}
+    handle = register_optimizer_step_post_hook(lambda optimizer, a, k: steps.update(n=steps["n"] + 1))
+    try:
+        again = CliRunner().invoke(app, [*args, "--resume", "--no-report"])
+    finally:
+        handle.remove()
+    assert again.exit_code == 0, again.output
+    assert steps["n"] == 0  # nothing recomputed: every phase of both seeds restored
+    resumed = json.loads((out / "result.json").read_text())["summary"]
+    assert resumed == summary
+
+
+def test_cli_align_data_and_align_val_add_unlabeled_alignment_inputs(tmp_path):
+    out = tmp_path / "align"
+    result = CliRunner().invoke(app, ["convert", GUIDE, *TINY, "--baselines", "none", "--align-val",
+                                      "--align-data", "digits", "--no-report", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "result.json").read_text())
+    meta, summary = data["meta"], data["summary"]
+    from simkit.data import load_data
+
+    extra = len(load_data("digits").inputs)
+    assert summary["align_samples"] == meta["n_align"] == meta["n_train"] + meta["n_val"] + extra
+    options = json.loads((out / "inputs.json").read_text())["options"]
+    assert options["align_data"] == "digits" and options["align_val"] is True

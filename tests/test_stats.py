@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 from scipy import stats as scipy_stats
 
 from simkit.errors import SimkitError
-from simkit.stats import Interval, binomial_se, paired_difference, t_interval, verdict
+from simkit.stats import (
+    Interval,
+    beyond_noise,
+    binomial_se,
+    interval_of,
+    paired_difference,
+    t_interval,
+    verdict,
+)
 
 
 def test_the_interval_is_students_t_on_the_seed_values():
@@ -64,3 +72,28 @@ def test_one_seed_has_no_interval_and_says_so():
 def test_binomial_standard_error():
     assert binomial_se(0.9, 1000) == pytest.approx(math.sqrt(0.09 / 1000))
     assert math.isnan(binomial_se(0.5, 0))
+
+
+def test_scaled_interval_is_the_same_interval_in_other_units():
+    got = t_interval([0.02, 0.05, 0.03]).scaled(100)
+    expected = t_interval([2.0, 5.0, 3.0])
+    assert (got.mean, got.std, got.low, got.high, got.n) == pytest.approx(
+        (expected.mean, expected.std, expected.low, expected.high, expected.n))
+    with pytest.raises(SimkitError, match="`factor`"):
+        t_interval([1.0, 2.0]).scaled(0)
+
+
+def test_interval_of_reads_a_flat_record_back():
+    interval = t_interval([1.0, 3.0, 4.0])
+    record = {"gain": interval.mean, "gain_std": interval.std, "gain_low": interval.low, "gain_high": interval.high}
+    assert interval_of(record, "gain", 3) == interval
+    one = interval_of({"gain": 0.5, "gain_std": None, "gain_low": None, "gain_high": None}, "gain", 1)
+    assert one.mean == 0.5 and math.isnan(one.low) and not beyond_noise(one) and "one seed" in one.text()
+
+
+@pytest.mark.parametrize("values, expected", [([1.0, 1.2, 0.9], True), ([-1.0, -1.2, -0.9], True),
+                                              ([-1.0, 2.0, 0.5], False), ([5.0], False)])
+def test_beyond_noise_only_when_the_interval_excludes_zero(values, expected):
+    interval = t_interval(values)
+    assert beyond_noise(interval) == expected
+    assert beyond_noise(interval) == (interval.n > 1 and not interval.low <= 0 <= interval.high)

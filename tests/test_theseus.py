@@ -191,7 +191,7 @@ def test_one_stage_conversion_reaches_high_cka():
     assert after > before + 0.02, (before, after)
 
 
-@pytest.mark.parametrize("metric", ["cka", "unbiased_cka", "dmnn"])
+@pytest.mark.parametrize("metric", ["linear_cka", "unbiased_cka", "dmnn"])
 def test_conversion_works_with_each_alignment_loss(metric):
     guide, data = tiny_guide(1), tiny_data()
     common = dict(QUICK, plateau_window=0, lr=3e-3, metric=[metric], stop_loss=None)
@@ -316,8 +316,8 @@ def test_resume_after_interruption_mid_stage(tmp_path, monkeypatch):
     monkeypatch.setitem(losses.LOSSES, "cka", interrupting)
     with pytest.raises(KeyboardInterrupt):
         run(tiny_guide(3), data, run_dir=tmp_path / "run", **common)
-    assert (tmp_path / "run/checkpoints/trained-progressive-cka-stage1.pt").is_file()
-    assert (tmp_path / "run/checkpoints/trained-progressive-cka-stage2.pt").is_file()
+    assert (tmp_path / "run/checkpoints/trained-progressive-linear_cka-stage1.pt").is_file()
+    assert (tmp_path / "run/checkpoints/trained-progressive-linear_cka-stage2.pt").is_file()
 
     calls["n"] = -10**9  # never interrupt again; count what the resumed run computes
     resumed = run(tiny_guide(3), data, run_dir=tmp_path / "run", resume=True, **common)
@@ -338,11 +338,11 @@ def test_baselines_guide_inits_and_comma_lists_give_one_row_each():
     runs = result.tables["runs"]
     assert len(runs) == 8
     assert set(map(tuple, runs[["schedule", "metric", "guide_init"]].to_numpy())) == {
-        (s, m, g) for s in ("progressive", "joint") for m in ("cka", "dmnn") for g in ("trained", "random")}
+        (s, m, g) for s in ("progressive", "joint") for m in ("linear_cka", "dmnn") for g in ("trained", "random")}
     for key in ("guide_accuracy", "converted_accuracy", "scratch_accuracy", "kd_accuracy", "schedule",
                 "metric", "recipe"):
         assert key in result.summary
-    assert result.summary["schedule"] == "progressive" and result.summary["metric"] == "cka"
+    assert result.summary["schedule"] == "progressive" and result.summary["metric"] == "linear_cka"  # cka: its alias
     assert runs["scratch_accuracy"].nunique() == 1  # one scratch baseline shared by all rows
     # the random guide is a different network than the trained one
     guides = runs.groupby("guide_init")["guide_accuracy"].first()

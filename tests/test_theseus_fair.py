@@ -84,15 +84,18 @@ def test_fixed_steps_run_every_step_and_auto_stages_stop_at_the_threshold_or_the
     assert ConvertSettings(steps_per_stage=300, stop_loss=0.01).effective_stop_loss == 0.01
 
 
-@pytest.mark.parametrize("epochs, expected", [(5, 5 * PER_EPOCH), (1, 4 * 2 + 2 * PER_EPOCH)])
+@pytest.mark.parametrize("epochs, expected", [(5, 4 * 2 + 5 * PER_EPOCH), (1, 4 * 2 + 2 * PER_EPOCH)])
 def test_baselines_train_at_least_the_conversion_steps_and_the_gain_is_reported(epochs, expected):
-    """Budget = max(the conversion's optimizer steps, baseline_epochs); the best validation epoch kept."""
+    """Budget = max(the conversion's optimizer steps, baseline_epochs); the best validation epoch kept.
+    baseline_epochs 5 > head + fine-tuning (2): the fine-tuning is extended to 4 epochs (labelled epochs
+    equal), and the baselines then train for the conversion's steps."""
     options = dict(QUICK, baselines=["scratch", "kd"], steps_per_stage=4, baseline_epochs=epochs,
                    baseline_patience=2)
     result = run(tiny_guide(), tiny_data(), **options)
     row = result.tables["runs"].iloc[0]
     assert row["align_steps"] == 4 * 2
-    assert row["head_steps"] == row["finetune_steps"] == PER_EPOCH  # one epoch each
+    assert row["head_steps"] == PER_EPOCH and row["finetune_steps"] == max(1, epochs - 1) * PER_EPOCH
+    assert row["labelled_epochs"] == max(2, epochs)
     assert row["steps"] == row["align_steps"] + row["head_steps"] + row["finetune_steps"]
     base = result.tables["baselines"].set_index("baseline")
     validation = result.tables["validation"]
@@ -137,7 +140,7 @@ def test_rank_sweep_gives_one_row_per_rank_and_its_figure(tmp_path):
     runs = result.tables["runs"]
     assert runs["rank"].tolist() == [4, 8] and result.summary["rank"] == 4
     assert set(result.tables["stages"]["rank"]) == {4, 8}
-    assert (tmp_path / "run/checkpoints/trained-progressive-cka-rank8-stage2.pt").is_file()
+    assert (tmp_path / "run/checkpoints/trained-progressive-linear_cka-rank8-stage2.pt").is_file()
     html = render_report(result, tmp_path / "report.html").read_text()
     assert "Rank sweep" in html and "rank sweep" in html
     with pytest.raises(SimkitError, match="rank sweep"):
@@ -160,7 +163,7 @@ def test_report_leads_with_the_headline_and_times_each_phase_once(tmp_path):
     assert f"{100 * s['gain_over_scratch']:+.1f} points" in text
     assert f"scratch {s['scratch_steps']}" in text
     for heading in ("Alignment: which layers are hardest", "hybrid accuracy after each stage", "Baselines",
-                    "held-out cka loss per layer", "validation accuracy per epoch"):
+                    "held-out linear_cka loss per layer", "validation accuracy per epoch"):
         assert heading in html, heading
     timings = result.meta["timings"]
     assert "guide" in timings and "train_guide" not in timings

@@ -55,6 +55,8 @@ def test_attention_to_mlp_pairs_each_attention_and_the_readout():
     assert head == "head"
     assert [s.names for s in slots] == [("blocks.0.attn",), ("blocks.1.attn",), ("readout",)]
     assert [s.align for s in slots] == ["output"] * 3  # the attention's own output: its residual branch
+    # the attention slots are aligned at the patch tokens only; the readout on the class-token feature
+    assert [s.skip_tokens for s in slots] == [1, 1, 0]
     assert [s.in_shape for s in slots] == [(5, 8)] * 3 and slots[2].out_shape == (8,)
     mlp = slots[0].target
     assert isinstance(mlp, TokenMLP) and mlp.fc1.out_features == 24  # the width of the block's own MLP
@@ -68,7 +70,7 @@ def test_attention_to_mlp_pairs_each_attention_and_the_readout():
         h = guide.embed(x)
         attn0 = guide.blocks[0].attn(guide.blocks[0].norm1(h))
         final = guide.blocks(h)
-    torch.testing.assert_close(cache.outputs[0], attn0)
+    torch.testing.assert_close(cache.outputs[0], attn0[:, 1:])  # the class token left out
     torch.testing.assert_close(cache.outputs[2], guide.readout.norm(final)[:, 0])
 
 
@@ -117,6 +119,7 @@ def test_attention_to_mlp_on_a_2d_vit_and_a_causal_lm():
     slots, head = _resolve(llama, attention_to_mlp(llama), torch.randint(0, 12, (4, 8)))
     assert [s.label for s in slots] == ["blocks.0.branch.attn", "blocks.1.branch.attn"] and head == "head"
     assert slots[0].target.fc1.out_features == 64  # SwiGLU width 4·d
+    assert [s.skip_tokens for s in slots] == [0, 0]  # no class token: every token aligned
 
 
 def test_attention_to_mlp_refuses_guides_it_cannot_convert():
@@ -169,7 +172,7 @@ def test_convert_a_vit_end_to_end():
     with pytest.warns(RuntimeWarning, match="CKA is undefined"):
         result = convert(guide, tiny_data(), ConvertSettings(
             recipe="attention-to-mlp", schedule=["progressive", "sequential"], steps_per_stage=2,
-            baselines=["scratch"], train_guide=1, **QUICK), progress=False)
+            baselines=["scratch"], baseline_epochs=2, train_guide=1, **QUICK), progress=False)
     stages = result.tables["stages"]
     before = stages.query("schedule == 'progressive' and stage == 'stage2'").set_index("layer")["value"]
     assert np.isnan(before["readout"]) and before[["blocks.0.attn", "blocks.1.attn"]].between(0, 1).all()

@@ -1,6 +1,7 @@
 """simkit.conversion: Network of Theseus conversion (``simkit convert``).
 
-``convert(guide, data, ConvertSettings(...), plan=None, run_dir=None, resume=False)`` → ConvertResult;
+``convert(guide, data, ConvertSettings(...), plan=None, run_dir=None, resume=False)`` → ConvertResult
+(``guide``: a module, or a factory ``seed -> module`` for ``ConvertSettings(seeds=N)``);
 ``load_plan_file("file.py:make_plan", guide)`` → the ReplacementPlan of a plan file (runs its code).
 """
 

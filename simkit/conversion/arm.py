@@ -107,15 +107,39 @@ class Arm:
 
 
 @dataclass
+class Finetuned:
+    """The converted arm's labelled training: head and fine-tuning steps, the probe score, and the
+    fine-tuning's best validation step, whether it was still improving and its validation score."""
+
+    head_steps: int
+    probe: float
+    steps: int
+    best_step: int
+    still_improving: bool
+    val_score: float | None
+
+
+@dataclass
 class ArmOutcome:
-    """A converted model, its linear-probe score and the optimizer steps and seconds of its phases."""
+    """A converted model, the optimizer steps and seconds of its alignment, and its labelled training."""
 
     model: nn.Module
-    probe: float
     align_steps: int
-    head_steps: int
-    finetune_steps: int
     align_seconds: float
+    tuned: Finetuned
+
+    @property
+    def probe(self) -> float:
+        """The linear-probe score (the head trained alone on the aligned features)."""
+        return self.tuned.probe
+
+    @property
+    def head_steps(self) -> int:
+        return self.tuned.head_steps
+
+    @property
+    def finetune_steps(self) -> int:
+        return self.tuned.steps
 
     @property
     def steps(self) -> int:
@@ -142,8 +166,7 @@ def convert_arm(ctx: RunContext, arm: Arm, rows: Rows) -> ArmOutcome:
     align_steps, align_seconds = _align(ctx, arm, hybrid, rows)
     if arm.schedule == "independent":
         _assemble_independent(ctx, arm, hybrid, rows)
-    head_steps, probe, finetune_steps = _finetune(ctx, arm, hybrid, rows)
-    return ArmOutcome(hybrid.model, probe, align_steps, head_steps, finetune_steps, align_seconds)
+    return ArmOutcome(hybrid.model, align_steps, align_seconds, _finetune(ctx, arm, hybrid, rows))
 
 
 def _align(ctx: RunContext, arm: Arm, hybrid: _Hybrid, rows: Rows) -> tuple[int, float]:
@@ -157,7 +180,7 @@ def _align(ctx: RunContext, arm: Arm, hybrid: _Hybrid, rows: Rows) -> tuple[int,
                             plateau_factor=settings.plateau_factor, stop_loss=stop_loss)
         start = time.perf_counter()
         outcome = run_stage(hybrid.model, arm.view.slots, hybrid.modules, stage, arm.view.cache,
-                            ctx.data.train[0], arm.loss, fit_stage)
+                            ctx.data.align_x, arm.loss, fit_stage)
         align_seconds += time.perf_counter() - start
         hybrid.installed.update(stage.install)
         layer_rows, hybrid_score = _score_stage(ctx, arm, hybrid, stage)
@@ -189,7 +212,7 @@ def _score_stage(ctx: RunContext, arm: Arm, hybrid: _Hybrid,
         value = isolated_output(view.slots[j], hybrid.modules[j], view.eval_cache.inputs[j], batch_size)
         layer_rows = _cka_rows([value], view.eval_cache.outputs, view.slots, {j}, only=[j], loss=arm.loss)
         return layer_rows, float("nan")
-    recalibrate(hybrid.model, ctx.data.train[0], batch_size)
+    recalibrate(hybrid.model, ctx.data.align_x, batch_size)
     layer_rows = _layer_rows(ctx, arm, hybrid)
     # the hybrid as it stands (guide modules downstream, the guide's head): its task score
     test_x, test_t = ctx.data.test
@@ -207,24 +230,30 @@ def _assemble_independent(ctx: RunContext, arm: Arm, hybrid: _Hybrid, rows: Rows
     """The independent schedule's modules, trained in isolation, installed together and recalibrated."""
     for j, slot in enumerate(arm.view.slots):
         install(hybrid.model, slot, hybrid.modules[j])
-    recalibrate(hybrid.model, ctx.data.train[0], ctx.settings.batch_size)
+    recalibrate(hybrid.model, ctx.data.align_x, ctx.settings.batch_size)
     hybrid.installed = set(range(len(arm.view.slots)))
     rows.stages.extend({**arm.labels, "stage": "assembled", **r} for r in _layer_rows(ctx, arm, hybrid))
 
 
-def _finetune(ctx: RunContext, arm: Arm, hybrid: _Hybrid, rows: Rows) -> tuple[int, float, int]:
-    """Head first (linear probe), then everything; BatchNorm was recalibrated after the last stage.
-    Returns (head steps, probe score, fine-tuning steps)."""
+def _finetune(ctx: RunContext, arm: Arm, hybrid: _Hybrid, rows: Rows) -> Finetuned:
+    """Head first (linear probe), then everything for ``effective_finetune_epochs`` (as many labelled
+    epochs as the baselines when they are longer), the weights of the best validation epoch kept, as for
+    the baselines; BatchNorm was recalibrated after the last stage."""
     settings, labels = ctx.settings, arm.labels
     fit_head = ctx.fit(f"{arm.prefix}-head", epochs=settings.effective_head_epochs, **ctx.ft)
     head_hist, probe = train_head(hybrid.model, arm.view.head, ctx.task, ctx.data.train, ctx.data.test,
-                                  fit_head, batch_size=EVAL_BATCH, seed=derive_seed(settings.seed, "head"))
+                                  fit_head, batch_size=EVAL_BATCH, seed=derive_seed(ctx.seed, "head"))
     rows.add_curve("head", head_hist, labels)
+    mon = ctx.monitor(hybrid.model)
     hist = train_task(hybrid.model, ctx.task, ctx.data.train,
-                      ctx.fit(f"{arm.prefix}-finetune", epochs=settings.finetune_epochs, **ctx.ft))
+                      ctx.fit(f"{arm.prefix}-finetune", epochs=settings.effective_finetune_epochs, **ctx.ft),
+                      monitor=mon)
     rows.add_curve("finetune", hist, labels)
+    rows.add_validation("finetune", mon, labels)
     rows.stages.extend({**labels, "stage": "finetuned", **r} for r in _layer_rows(ctx, arm, hybrid))
-    return head_hist.steps, probe, hist.steps
+    best_step, improving = ctx.still_improving(mon, hist.steps)
+    return Finetuned(head_hist.steps, probe, hist.steps, best_step, improving,
+                     mon.best if mon is not None else None)
 
 
 def _stop_rule(stopped: str, stop_loss: float | None, settings: ConvertSettings, steps: int) -> str:

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from simkit.conversion.finetune import score
-from simkit.conversion.settings import ConvertSettings, unique
+from simkit.conversion.settings import LOSS_NAMES, ConvertSettings, unique
 from simkit.conversion.task import Inputs, Task, rows
 from simkit.metrics.losses import alignment_loss
 from simkit.provenance import Timer
@@ -43,15 +43,18 @@ def _thin(losses: Sequence[float], points: int = CURVE_POINTS) -> tuple[np.ndarr
 
 
 class Fitter:
-    """Builds the shared-loop calls of a run: same run_dir, resume flag and seed; one name per phase."""
+    """Builds the shared-loop calls of one seed of a run: same run_dir, resume flag and seed; one name per
+    phase, with ``suffix`` (``_s<seed>`` when several seeds run, else nothing) appended."""
 
-    def __init__(self, run_dir: Path | None, resume: bool, seed: int, progress: bool, checkpoint_every: int):
-        self.run_dir, self.resume, self.seed = run_dir, resume, seed
+    def __init__(self, run_dir: Path | None, resume: bool, seed: int, progress: bool, checkpoint_every: int,
+                 suffix: str = ""):
+        self.run_dir, self.resume, self.seed, self.suffix = run_dir, resume, seed, suffix
         self.progress, self.checkpoint_every = progress, checkpoint_every
         self.seconds: dict[str, float] = {}
 
     def __call__(self, name: str, **config: Any) -> FitCall:
-        """The training call named ``name`` (its checkpoint and log name) with ``config`` (TrainConfig)."""
+        """The training call named ``name`` + suffix (its checkpoint and log name) with ``config`` (TrainConfig)."""
+        name += self.suffix
         cfg = TrainConfig(seed=self.seed, progress=self.progress, checkpoint_every=self.checkpoint_every,
                           description=name, **config)
 
@@ -84,8 +87,8 @@ class Sweep:
                    unique(settings.baselines), settings.ranks)
 
     def resolve_losses(self) -> None:
-        """The alignment loss of every metric."""
-        self.losses = {m: alignment_loss(m) for m in self.metrics}
+        """The alignment loss of every metric (by its catalogue name)."""
+        self.losses = {m: alignment_loss(LOSS_NAMES[m]) for m in self.metrics}
 
     @property
     def sweeps_ranks(self) -> bool:
@@ -96,12 +99,19 @@ class Sweep:
 @dataclass
 class Splits:
     """The task's tensors on the run's device: (inputs, targets) of training, test and validation (None
-    without a validation split), and the held-out inputs of the CKA tables."""
+    without a validation split), the held-out inputs of the CKA tables, and the alignment inputs
+    ``align_x`` (the training inputs first, then any unlabeled extra inputs; None: the training inputs)."""
 
     train: tuple[Inputs, Tensor]
     test: tuple[Inputs, Tensor]
     val: tuple[Inputs, Tensor] | None
     eval_x: Inputs
+    align_inputs: Inputs | None = None
+
+    @property
+    def align_x(self) -> Inputs:
+        """The inputs the alignment stages, the guide caches and BatchNorm recalibration see."""
+        return self.train[0] if self.align_inputs is None else self.align_inputs
 
     @property
     def n_val(self) -> int:
@@ -111,9 +121,9 @@ class Splits:
 
 @dataclass
 class RunContext:
-    """What every phase of a run reads: the settings and arms, the task and its splits, the training
-    calls (``fit``), the phase timer, the device and the fine-tuning recipe (``ft``; ``per_epoch``
-    optimizer steps per fine-tuning epoch)."""
+    """What every phase of one seed of a run reads: the settings and arms, the task and its splits, the
+    training calls (``fit``), the phase timer, the device, the seed and the fine-tuning recipe (``ft``;
+    ``per_epoch`` optimizer steps per fine-tuning epoch)."""
 
     settings: ConvertSettings
     sweep: Sweep
@@ -122,6 +132,7 @@ class RunContext:
     fit: Fitter
     timer: Timer
     device: torch.device
+    seed: int = 0
     ft: dict[str, Any] = field(init=False)
     per_epoch: int = field(init=False)
 
@@ -130,10 +141,21 @@ class RunContext:
         self.ft = dict(batch_size=s.finetune_batch_size, lr=s.effective_finetune_lr, scheduler="cosine")
         self.per_epoch = -(-rows(self.data.train[0]) // s.finetune_batch_size)
 
-    @property
-    def seed(self) -> int:
-        """The run's seed (``settings.seed``)."""
-        return self.settings.seed
+    def timed(self, name: str) -> Any:
+        """The phase timer under ``name`` with this seed's suffix (``_s<seed>`` when several seeds run)."""
+        return self.timer(name + self.fit.suffix)
+
+    def seconds(self, name: str) -> float:
+        """Seconds timed so far under ``name`` (with this seed's suffix)."""
+        return self.timer.seconds.get(name + self.fit.suffix, 0.0)
+
+    def still_improving(self, mon: ValidationMonitor | None, steps: int) -> tuple[int, bool]:
+        """(best step, still improving) of a phase of ``steps`` steps: the one rule for the converted arm's
+        fine-tuning and the baselines — the best validation epoch lies within the last
+        ``baseline_patience`` epochs (no monitor: the last step, not flagged)."""
+        if mon is None:
+            return steps, False
+        return mon.best_step, mon.best_step > steps - self.settings.baseline_patience * self.per_epoch
 
     def monitor(self, model: nn.Module) -> ValidationMonitor | None:
         """Scores ``model`` on the validation split once per epoch (None without a validation split)."""

@@ -1,5 +1,5 @@
 """After alignment: head-first training (a linear probe on the converted features), full fine-tuning,
-and the two baselines trained with the same budget (scratch, logit distillation).
+and the training calls of the two baselines (scratch, logit distillation with a label term).
 
 The prototype (shared/spec/not-calibration.md) showed the guide's head is useless after alignment
 (CKA ignores rotation and scale), so the head is re-initialised and trained alone on the frozen
@@ -98,23 +98,29 @@ def train_task(model: nn.Module, task: Task, train: tuple[Inputs, Tensor], fit_f
     return history
 
 
-def distill(student: nn.Module, task: Task, inputs: Inputs, guide_logits: Tensor, fit_fn: FitFn,
-            temperature: float = 4.0, monitor: Any = None) -> TrainHistory:
-    """Logit distillation: T² · KL(softmax(guide/T) ‖ softmax(student/T)), no label term [ours: pure
-    logit distillation, as in the paper's baseline, so an untrained guide gets no help from labels].
+def distill(student: nn.Module, task: Task, train: tuple[Inputs, Tensor], guide_logits: Tensor, fit_fn: FitFn,
+            temperature: float = 4.0, alpha: float = 0.5, monitor: Any = None) -> TrainHistory:
+    """Logit distillation as the literature uses it: ``alpha``·CE(student, labels) + (1 − ``alpha``)·T²·
+    KL(softmax(guide/T) ‖ softmax(student/T)) on the training rows ``train`` (inputs, targets);
+    ``guide_logits`` (n, ...) are the guide's on those rows. ``alpha`` 0 is label-free distillation
+    (an untrained guide then gives no help from labels), 1 is training on the labels alone.
     monitor: as for :func:`train_task` (the validation score uses labels only to choose the epoch)."""
+    inputs, targets = train
     for p in student.parameters():
         p.requires_grad_(True)
-    t = float(temperature)
+    t, a = float(temperature), float(alpha)
 
     def loss_fn(batch: tuple[Tensor, ...]) -> Tensor:
         (idx,) = batch
         student_logits = logits_of(run_model(student, take(inputs, idx)))
         teacher = guide_logits[idx]
         v = student_logits.shape[-1]
-        return F.kl_div(F.log_softmax(student_logits.reshape(-1, v) / t, -1),
-                        F.log_softmax(teacher.reshape(-1, v) / t, -1),
-                        reduction="batchmean", log_target=True) * t * t
+        kl = F.kl_div(F.log_softmax(student_logits.reshape(-1, v) / t, -1),
+                      F.log_softmax(teacher.reshape(-1, v) / t, -1),
+                      reduction="batchmean", log_target=True) * t * t
+        if a == 0:
+            return kl
+        return a * task.loss(student_logits, targets[idx]) + (1 - a) * kl
 
     student.train()
     history = fit_fn(student, loss_fn, (torch.arange(rows(inputs)),), list(student.parameters()),

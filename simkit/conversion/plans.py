@@ -38,6 +38,8 @@ class Slot:
     out_shape: output of ``names[-1]`` per example. guide_modules: the guide's modules (read only).
     align: what is aligned to the guide — ``output`` (the group's output) or ``delta`` (output − input,
     the residual branch of a residual block, whose output is otherwise dominated by its input).
+    skip_tokens: leading tokens (rows of a (T, d) output) left out of the aligned map, e.g. a ViT's class
+    token, which a token-wise target cannot reproduce (0: none).
     """
 
     names: tuple[str, ...]
@@ -47,6 +49,7 @@ class Slot:
     factory: Callable[[Slot], nn.Module] | None = None
     module: nn.Module | None = None
     align: str = "output"
+    skip_tokens: int = 0
 
     @property
     def site(self) -> str:
@@ -73,11 +76,13 @@ class Slot:
 @dataclass
 class Replacement:
     """guide: a module name or a tuple of consecutive names; factory: ``Slot -> nn.Module``;
-    align: ``output`` or ``delta`` (see :class:`Slot`)."""
+    align: ``output`` or ``delta``; skip_tokens: leading tokens left out of the aligned map (see
+    :class:`Slot`)."""
 
     guide: str | tuple[str, ...]
     factory: Callable[[Slot], nn.Module]
     align: str = "output"
+    skip_tokens: int = 0
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -238,9 +243,14 @@ def _slot(rep: Replacement, guide: nn.Module, probe: DryRun) -> Slot:
     slot = Slot(names=rep.names, in_shape=_shape(probe.inputs[rep.names[0]]),
                 out_shape=_shape(probe.outputs[rep.names[-1]]),
                 guide_modules=tuple(guide.get_submodule(n) for n in rep.names),
-                factory=rep.factory, align=rep.align)
+                factory=rep.factory, align=rep.align, skip_tokens=rep.skip_tokens)
     if slot.align not in ("output", "delta"):
         raise SimkitError(f"replacement {slot.label!r}: align must be 'output' or 'delta', got {slot.align!r}")
+    skip = slot.skip_tokens
+    if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0 \
+            or (skip and (len(slot.out_shape) != 2 or skip >= slot.out_shape[0])):
+        raise SimkitError(f"replacement {slot.label!r}: skip_tokens must be an integer from 0 to fewer than the "
+                          f"tokens of a (T, d) output, got {skip!r} for output {_fmt(slot.out_shape)}")
     if slot.align == "delta" and slot.in_shape != slot.out_shape:
         raise SimkitError(f"replacement {slot.label!r} aligns on output − input but maps "
                           f"{_fmt(slot.in_shape)} to {_fmt(slot.out_shape)}; use align='output'")

@@ -13,7 +13,8 @@
   each token alone, so nothing mixes tokens any more; everything else stays (patch embedding, norms,
   the blocks' own MLPs, residual adds, head). The hidden width is that of the block's own MLP (its
   first Linear outside the attention that reads the token width; 4·d without one). Aligned on the
-  attention module's output (its residual branch) [ours]. Readout: without token mixing the class
+  attention module's output (its residual branch) at the patch tokens only: the class token is left
+  out of the aligned map (a token-wise target's class token is a constant) [ours]. Readout: without token mixing the class
   token never sees the patches, so a class-token :class:`~simkit.models.vit.Readout` (``simkit:vit``)
   becomes the mean of the patch tokens (the Patch-MLP readout), keeping the guide's final LayerNorm
   weights, and is aligned to the guide's class-token feature (b, d). This is part of the target
@@ -162,8 +163,11 @@ def attention_to_mlp(guide: nn.Module) -> ReplacementPlan:
         block, inner = sites[slot.site]
         return TokenMLP(d, mlp_width(block, inner, d))
 
-    replacements = [Replacement(name, mlp_factory) for name in sites]
     readouts = [name for name, m in guide.named_modules() if isinstance(m, Readout) and m.pool == "cls"]
+    # the class token(s) left out of the attention slots' aligned maps: a token-wise target's class token is
+    # a constant, which can never reproduce the guide's (its CKA would be capped)
+    prefix = int(getattr(guide.get_submodule(readouts[0]), "prefix", 1)) if readouts else 0
+    replacements = [Replacement(name, mlp_factory, skip_tokens=prefix) for name in sites]
 
     def readout_factory(slot: Slot) -> nn.Module:
         kept = slot.guide_modules[0]

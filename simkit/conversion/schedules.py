@@ -139,12 +139,13 @@ class _Recorder:
 
 
 def aligned(slot: Slot, output: Tensor, inputs: Tensor | None) -> Tensor:
-    """The representation a slot is aligned on: its output, or output − input for ``delta``."""
-    if slot.align != "delta":
-        return output
-    if inputs is None:
-        raise SimkitError(f"internal: no input recorded for {slot.label!r}, aligned on output − input")
-    return output - inputs
+    """The representation a slot is aligned on: its output, or output − input for ``delta``, without its
+    first ``skip_tokens`` tokens (b, T, d) → (b, T − skip, d)."""
+    if slot.align == "delta":
+        if inputs is None:
+            raise SimkitError(f"internal: no input recorded for {slot.label!r}, aligned on output − input")
+        output = output - inputs
+    return output[:, slot.skip_tokens:] if slot.skip_tokens else output
 
 
 class _StopForward(Exception):

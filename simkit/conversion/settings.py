@@ -1,8 +1,8 @@
 """``ConvertSettings``: every option of a conversion run that changes its results, in one place.
 
 Fields are named exactly as the ``simkit convert`` parameters and default to the CLI defaults; the
-options the CLI does not expose (``finetune_batch_size``, ``finetune_lr``, ``stop_loss``,
-``kd_temperature``, ``eval_samples``, ``compare_layers``) keep the library defaults. The CLI builds
+options the CLI does not expose (``finetune_batch_size``, ``finetune_lr``, ``eval_samples``,
+``compare_layers``) keep the library defaults. The CLI builds
 one from its options (typer parses them; :meth:`ConvertSettings.validate` is where every rule lives);
 ``inputs.json`` and ``meta.settings_given`` are written from :meth:`to_dict` (the settings as given,
 ``stop_loss="auto"``), ``meta.settings`` from :meth:`resolved` (what ``"auto"`` and None became).
@@ -22,6 +22,11 @@ from simkit.metrics.losses import alignment_loss
 
 GUIDE_INITS = ("trained", "random")
 BASELINES = ("scratch", "kd")
+#: the alignment losses by their catalogue name (``simkit.catalog``), and the alias ``cka`` of ``linear_cka``
+METRICS = ("linear_cka", "unbiased_cka", "dmnn")
+METRIC_ALIASES = {"cka": "linear_cka"}
+#: the name of each metric's loss in ``simkit.metrics.losses``
+LOSS_NAMES = {"linear_cka": "cka", "unbiased_cka": "unbiased_cka", "dmnn": "dmnn"}
 AUTO_STOP_LOSS = 0.002  # [ours] EMA of the stage loss below which an automatic stage ends
 
 
@@ -31,7 +36,8 @@ class ConvertSettings:
 
     recipe: conv-to-mlp | deep-to-shallow | attention-to-rnn | attention-to-mlp (ignored when a plan is
     given; None with a plan). schedule / metric / guide_init / rank: every combination is converted (one ``runs`` row
-    each). baselines: scratch and/or kd (an empty list for none). plan: the ``FILE.py:FUNCTION`` text of
+    each); metric: ``linear_cka`` (1 − linear CKA; ``cka`` is its alias, read as ``linear_cka``),
+    ``unbiased_cka`` or ``dmnn``. baselines: scratch and/or kd (an empty list for none). plan: the ``FILE.py:FUNCTION`` text of
     a plan file, kept for the record (the plan itself is passed to ``convert`` as an object).
     rank (conv-to-mlp; an int or a list, or a comma string ``"64,256"``: a rank sweep), group (deep-to-shallow), cell
     (attention-to-rnn): recipe parameters. Baselines are built with the first rank.
@@ -41,7 +47,11 @@ class ConvertSettings:
     replaced modules). stop_loss: ``"auto"`` (``AUTO_STOP_LOSS`` with ``steps_per_stage="auto"``, off
     with a fixed number), a number, or None (off).
     finetune_epochs: end-to-end fine-tuning epochs; head_epochs: head-only epochs before it (None:
-    finetune_epochs / 6 [ours]).
+    finetune_epochs / 6 [ours]). Head and fine-tuning are the converted arm's labelled-training epochs;
+    when baselines run and ``baseline_epochs`` (capped by ``baseline_max_epochs``) is more, the
+    fine-tuning is extended so that the converted arm gets as many labelled-training epochs as the
+    baselines (``effective_finetune_epochs``). The fine-tuning keeps its best validation epoch and is
+    flagged ``still_improving`` by the baselines' rule.
     val_fraction: share of the training split held out as a validation split (seeded; every arm trains
     on the rest); it chooses the guide's best epoch and stops the baselines; the test split chooses
     nothing. Baselines (scratch, kd) train with the fine-tuning recipe (AdamW at ``finetune_lr``, cosine
@@ -56,15 +66,23 @@ class ConvertSettings:
     are kept. [ours, measured on MNIST-1D, 30 epochs: a plain strided CNN without BatchNorm reaches 91 %
     test accuracy at 1e-2 and 64 % at 1e-3; the BatchNorm CNN 97 % at 1e-2, 20 epochs.]
     plateau_window / plateau_factor: the shared loop's plateau LR control per stage (0: off).
-    seed: every random draw of the run; n: use the first ``n`` samples of the data (then split).
+    seed: every random draw of the run; seeds: how many seeds run, ``seed``, ``seed`` + 1, ...: every
+    arm and baseline (and the guide's training) once per seed, on the data split of ``seed`` (one split
+    for every seed), so arms are compared paired by seed. n: use the first ``n`` samples of the data
+    (then split).
+    kd_alpha: weight of the cross-entropy on the labels in logit distillation, ``kd_alpha``·CE + (1 −
+    ``kd_alpha``)·T²·KL(guide ‖ student) at temperature ``kd_temperature`` (0: label-free distillation).
+    align_val: add the validation split's inputs (never its labels) to the alignment inputs;
+    align_data: the record (a data spec) of a second dataset whose inputs are added to the alignment
+    (the dataset itself is passed to ``convert`` as ``align_data``).
     finetune_batch_size / finetune_lr (None: lr): fine-tuning, head, guide and baseline training.
-    kd_temperature: logit distillation temperature; eval_samples: held-out samples for the CKA tables;
+    kd_temperature: logit distillation temperature (T); eval_samples: held-out samples for the CKA tables;
     compare_layers: add the converted × guide ``layer_cka`` table of the first arm.
     """
 
     recipe: str | None = "conv-to-mlp"
     schedule: list[str] = field(default_factory=lambda: ["progressive"])
-    metric: list[str] = field(default_factory=lambda: ["cka"])
+    metric: list[str] = field(default_factory=lambda: ["linear_cka"])
     baselines: list[str] = field(default_factory=lambda: ["scratch", "kd"])
     plan: str | None = None
     rank: int | list[int] | str = 256
@@ -87,10 +105,14 @@ class ConvertSettings:
     baseline_max_epochs: float = 200
     guide_lr: float = 1e-2
     seed: int = 0
+    seeds: int = 1
     n: int | None = None
     finetune_batch_size: int = 128
     finetune_lr: float | None = None
     kd_temperature: float = 4.0
+    kd_alpha: float = 0.5
+    align_val: bool = False
+    align_data: str | None = None
     eval_samples: int = 512
     compare_layers: bool = True
 
@@ -113,10 +135,7 @@ class ConvertSettings:
         _check_names(self.guide_init, GUIDE_INITS, "guide init", "guide_init")
         if self.baselines:
             _check_names(self.baselines, BASELINES, "baseline", "baselines")
-        if not list(self.metric):
-            raise SimkitError("`metric` is empty; pass at least one alignment loss: cka, unbiased_cka or dmnn")
-        for metric in self.metric:
-            alignment_loss(metric)
+        metric = _metrics(self.metric)
         if self.recipe is not None and self.recipe not in RECIPES:
             raise unknown_name_error("recipe", str(self.recipe), RECIPES, "or pass a `plan`")
         for name in ("finetune_epochs", "train_guide"):
@@ -153,9 +172,43 @@ class ConvertSettings:
         check_real("lr", self.lr, 0, strict=True)
         check_real("finetune_lr", self.finetune_lr, 0, strict=True, optional=True)
         check_real("kd_temperature", self.kd_temperature, 0, strict=True)
-        out = dataclasses.replace(self, steps_per_stage=steps_per_stage, stop_loss=stop_loss, rank=rank)
+        self._check_seeds_and_extras()
+        out = dataclasses.replace(self, steps_per_stage=steps_per_stage, stop_loss=stop_loss, rank=rank,
+                                  metric=metric)
         vars(out)["_validated_as"] = out.to_dict()
         return out
+
+    def _check_seeds_and_extras(self) -> None:
+        """The rules of ``seeds``, ``kd_alpha``, ``align_val`` and ``align_data``."""
+        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 1:
+            raise SimkitError(f"`seeds` must be a positive integer, got {self.seeds!r}")
+        check_real("kd_alpha", self.kd_alpha, 0)
+        if not self.kd_alpha <= 1:
+            raise SimkitError(f"`kd_alpha` must be in [0, 1] (0: label-free distillation), got {self.kd_alpha}")
+        if not isinstance(self.align_val, bool):
+            raise SimkitError(f"`align_val` must be true or false, got {self.align_val!r}")
+        if self.align_val and self.val_fraction <= 0:
+            raise SimkitError("`align_val` adds the validation inputs to the alignment, but `val_fraction` is 0 "
+                              "(no validation split); set `val_fraction` > 0 or drop `align_val`")
+        if self.align_data is not None and (not isinstance(self.align_data, str) or not self.align_data.strip()):
+            raise SimkitError(f"`align_data` must be a data spec (text) or None, got {self.align_data!r}")
+
+    def seed_list(self) -> list[int]:
+        """The seeds of the repeats: ``seed``, ``seed`` + 1, ..., ``seeds`` of them."""
+        return [self.seed + i for i in range(self.seeds)]
+
+    @property
+    def baseline_budget_epochs(self) -> float:
+        """The baselines' epochs before the step rule: ``baseline_epochs`` capped by ``baseline_max_epochs``."""
+        return min(self.baseline_epochs, self.baseline_max_epochs)
+
+    @property
+    def effective_finetune_epochs(self) -> float:
+        """``finetune_epochs``, extended when baselines run so that head + fine-tuning epochs (the converted
+        arm's labelled-training epochs) are at least the baselines' :attr:`baseline_budget_epochs`."""
+        if not self.baselines:
+            return self.finetune_epochs
+        return max(self.finetune_epochs, self.baseline_budget_epochs - self.effective_head_epochs)
 
     @property
     def ranks(self) -> list[int]:
@@ -183,8 +236,10 @@ class ConvertSettings:
         """:meth:`to_dict` with what ``"auto"`` and None resolve to (``meta.settings``; ``to_dict()`` is the
         record as given, ``inputs.json`` and ``meta.settings_given``): ``stop_loss`` the threshold in force
         (None: off), ``stage_steps`` the step budget of one stage (the cap ``max_stage_steps`` when
-        automatic), ``head_epochs``, ``finetune_lr`` and ``guide_lr`` as used."""
+        automatic), ``head_epochs``, ``finetune_epochs`` (extended to the baselines' epochs),
+        ``finetune_lr`` and ``guide_lr`` as used."""
         return {**self.to_dict(), "head_epochs": self.effective_head_epochs,
+                "finetune_epochs": self.effective_finetune_epochs,
                 "finetune_lr": self.effective_finetune_lr, "guide_lr": self.effective_guide_lr,
                 "stop_loss": self.effective_stop_loss, "stage_steps": self.stage_steps}
 
@@ -203,6 +258,21 @@ class ConvertSettings:
     def to_dict(self) -> dict[str, Any]:
         """Every field by name (lists as lists): the record in ``inputs.json`` and ``meta.settings``."""
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+def _metrics(values: Sequence[str]) -> list[str]:
+    """``metric`` normalised: catalogue names (``cka`` read as ``linear_cka``), each checked, duplicates
+    dropped; unknown names and an empty list are errors."""
+    if isinstance(values, str) or not list(values):
+        raise SimkitError("`metric` is empty or not a list; pass at least one alignment loss: linear_cka (alias "
+                          "cka), unbiased_cka or dmnn")
+    names = [METRIC_ALIASES.get(str(v), str(v)) for v in values]
+    for name, given in zip(names, values, strict=True):
+        if name not in METRICS:
+            raise unknown_name_error("alignment loss", str(given), (*METRICS, *METRIC_ALIASES),
+                                     "valid: linear_cka (alias cka), unbiased_cka, dmnn")
+        alignment_loss(LOSS_NAMES[name])
+    return unique(names)
 
 
 def _steps_per_stage(value: Any) -> int | str:

@@ -1,9 +1,11 @@
 """Report context of a ``convert`` result (Network of Theseus).
 
 Draws only from the result's tables (``runs``, ``stages``, ``stage_summary``, ``curves``,
-``baselines``, ``validation``, ``layer_cka``), summary and extra. Order: findings (the headline:
-converted vs the converged scratch baseline, the gain, the budgets) and cautions, then figures (score
-per arm, the rank sweep, the alignment loss per stage and layer — the paper's Figure 5 —, the hybrid's
+``baselines``, ``validation``, ``layer_cka``, ``aggregate``), summary and extra. Order: findings (the
+headline: converted vs the converged scratch baseline, the difference paired by seed with its 95 % t
+interval, "beyond noise" only when that interval excludes 0; the budgets) and cautions, then figures
+(every seed's score beside the mean and its interval, and the paired differences
+(:mod:`simkit.report.convert_seeds`), score per arm, the rank sweep, the alignment loss per stage and layer — the paper's Figure 5 —, the hybrid's
 score after each stage, stage × layer CKA heatmaps, loss curves of every phase, validation curves of
 the baselines, the converted × guide CKA heatmap), then the tables.
 """
@@ -14,7 +16,9 @@ from typing import Any
 
 import pandas as pd
 
+from simkit.report.convert_seeds import aggregate_rows, budget_rows, seed_plot
 from simkit.report.figures import bar_plot, heatmap_svg, img, new_figure
+from simkit.stats import beyond_noise, interval_of
 
 _ROLES = ("guide", "probe", "converted", "scratch", "kd")
 _ROLE_LABELS = {"guide": "guide", "probe": "linear probe (before fine-tuning)", "converted": "converted",
@@ -263,11 +267,12 @@ def final_table(runs: pd.DataFrame, score: str) -> tuple[list[str], list[list[st
              if c in runs.columns and runs[c].notna().any()]
     labels = {"gain_over_scratch": "gain over scratch", "steps": "conversion steps", "scratch_steps": "scratch steps",
               "kd_steps": "distillation steps", "seconds": "seconds"}
-    header = ["schedule", "metric", "guide init", "rank"] + [f"{_ROLE_LABELS[r]} {score}" for r in roles] \
+    header = ["seed", "schedule", "metric", "guide init", "rank"] + [f"{_ROLE_LABELS[r]} {score}" for r in roles] \
         + [labels[c] for c in extra]
     body = []
     for _, row in runs.iterrows():
-        body.append([str(row["schedule"]), str(row["metric"]), str(row["guide_init"]), _text(row.get("rank"))]
+        body.append([_text(_plain(row.get("seed"))), str(row["schedule"]), str(row["metric"]), str(row["guide_init"]),
+                     _text(row.get("rank"))]
                     + [_text(row[f"{r}_{score}"]) for r in roles] + [_text(_plain(row.get(c))) for c in extra])
     return header, body
 
@@ -286,9 +291,13 @@ def score_plot(runs: pd.DataFrame, score: str):
     roles = [r for r in _ROLES if f"{r}_{score}" in runs.columns and runs[f"{r}_{score}"].notna().any()]
     if runs.empty or not roles:
         return None
-    labels = [_arm_label(r) for _, r in runs.iterrows()]
-    series = {_ROLE_LABELS[r]: runs[f"{r}_{score}"].astype(float).tolist() for r in roles}
-    return bar_plot(labels, series, title=f"{score} per arm", ylabel=score)
+    cols = _arm_columns(runs)
+    means = runs.groupby(cols, sort=False)[[f"{r}_{score}" for r in roles]].mean().reset_index()
+    labels = [_arm_label(r) for _, r in means.iterrows()]
+    series = {_ROLE_LABELS[r]: means[f"{r}_{score}"].astype(float).tolist() for r in roles}
+    several = "seed" in runs.columns and runs["seed"].nunique() > 1
+    return bar_plot(labels, series, title=f"{score} per arm" + (" (means over seeds)" if several else ""),
+                    ylabel=score)
 
 
 def layer_heatmap(table: pd.DataFrame | None):
@@ -307,22 +316,38 @@ def _points(value: float) -> str:
     return f"{100 * value:+.1f} points"
 
 
+def headline(summary: dict[str, Any], score: str, higher: bool) -> str | None:
+    """The report's first sentence: converted vs scratch (means over seeds), converted − scratch paired by
+    seed with its 95 % t interval, "beyond noise" only when the interval excludes 0 (None without a
+    scratch baseline)."""
+    conv, guide = summary.get(f"converted_{score}"), summary.get(f"guide_{score}")
+    scratch = summary.get(f"scratch_{score}")
+    if conv is None or scratch is None or summary.get("gain_over_scratch") is None:
+        return None
+    seeds = len(summary.get("seeds") or [0])
+    gain = interval_of(summary, "gain_over_scratch", seeds)
+    # accuracies read as points, perplexities as numbers
+    gain_text = gain.scaled(100).text(1, " points") if higher else gain.text(3, " lower perplexity")
+    mean = f" (means over {seeds} seeds)" if seeds > 1 else ""
+    noise = ("" if seeds < 2 else " — beyond noise: the interval excludes 0." if beyond_noise(gain)
+             else " — not beyond noise: the interval includes 0.")
+    arm = f"{summary.get('schedule')} · {summary.get('metric')} · {summary.get('guide_init')} guide"
+    return (f"Converted target ({arm}): {score} {_text(conv)} vs {_text(scratch)}{mean} for the same "
+            f"architecture trained from scratch for at least as many optimizer steps (best validation epoch); "
+            f"converted − scratch, paired by seed: {gain_text}{noise or '.'} The guide has {_text(guide)}.")
+
+
 def findings(summary: dict[str, Any], runs: pd.DataFrame, score: str, higher: bool) -> list[str]:
     """Two or three sentences from the summary: the headline (converted vs the converged scratch
-    baseline), the probe and the distillation baseline, and the budgets."""
+    baseline, paired by seed with its interval), the probe and the distillation baseline, and the budgets."""
     out: list[str] = []
     conv, guide = summary.get(f"converted_{score}"), summary.get(f"guide_{score}")
-    scratch, gain = summary.get(f"scratch_{score}"), summary.get("gain_over_scratch")
     arm = f"{summary.get('schedule')} · {summary.get('metric')} · {summary.get('guide_init')} guide"
     if conv is None:
         return out
-    pct = higher  # accuracies read as points, perplexities as numbers
-    if scratch is not None and gain is not None:
-        gain_text = _points(gain) if pct else f"{gain:+.4g} lower perplexity"
-        out.append(f"Converted target ({arm}): {score} {_text(conv)} vs {_text(scratch)} for the same "
-                   f"architecture trained from scratch for at least as many optimizer steps (best validation "
-                   f"epoch) — "
-                   f"{gain_text}; the guide has {_text(guide)}.")
+    first = headline(summary, score, higher)
+    if first is not None:
+        out.append(first)
     else:
         out.append(f"Converted target ({arm}): {score} {_text(conv)}; the guide has {_text(guide)} (no scratch "
                    "baseline was run).")
@@ -339,11 +364,12 @@ def findings(summary: dict[str, Any], runs: pd.DataFrame, score: str, higher: bo
              f"scratch {summary['scratch_steps']}" if summary.get("scratch_steps") is not None else None,
              f"distillation {summary['kd_steps']}" if summary.get("kd_steps") is not None else None]
     steps = [t for t in maybe if t]
-    if len(runs) > 1:
-        col = f"converted_{score}"
-        best = runs.loc[runs[col].idxmax() if higher else runs[col].idxmin()]
-        out.append(f"Best of the {len(runs)} arms: {_arm_label(best, _sweep(runs))} with {_text(best[col])}. "
-                   f"Budgets: {', '.join(steps)}.")
+    arms = runs.groupby([c for c in ARM if c in runs.columns], sort=False)[f"converted_{score}"].mean()
+    if len(arms) > 1:
+        best_key = arms.idxmax() if higher else arms.idxmin()
+        best = dict(zip([c for c in ARM if c in runs.columns], best_key, strict=True))
+        out.append(f"Best of the {len(arms)} arms: {_arm_label(best, _sweep(runs))} with {_text(arms[best_key])}"
+                   f"{' (mean over seeds)' if runs['seed'].nunique() > 1 else ''}. Budgets: {', '.join(steps)}.")
     elif steps:
         out.append(f"Budgets: {', '.join(steps)}.")
     return out
@@ -361,10 +387,14 @@ def cautions(summary: dict[str, Any], tables: dict[str, pd.DataFrame], meta: dic
         if summary.get("val_samples") == 0:
             out.append("No validation split (val_fraction 0): the baselines' last epoch is scored, not their best.")
         elif not improving.empty:
-            names = ", ".join(f"{r['baseline']}{'-' + str(r['guide_init']) if r['guide_init'] == r['guide_init'] and r['guide_init'] else ''}"
-                              for _, r in improving.iterrows())
+            names = ", ".join(dict.fromkeys(
+                f"{r['baseline']}{'-' + str(r['guide_init']) if r['guide_init'] == r['guide_init'] and r['guide_init'] else ''}"
+                for _, r in improving.iterrows()))
             out.append(f"Baseline(s) {names} had their best validation epoch near the end of their budget: they "
                        "may still improve with more epochs (baseline_epochs).")
+    if summary.get("still_improving"):
+        out.append("The converted arm's fine-tuning had its best validation epoch near the end of its budget (same "
+                   "rule as the baselines): it may still improve with more epochs (finetune_epochs).")
     stage_summary = tables.get("stage_summary", pd.DataFrame())
     if not stage_summary.empty and "stop_loss" in stage_summary.columns:
         thr = stage_summary["stop_loss"]
@@ -410,6 +440,10 @@ def context(result) -> dict[str, Any]:
     stages = tables.get("stages", pd.DataFrame())
     return {
         "findings": findings(summary, runs, score, higher) if not runs.empty else [],
+        "seed_plot": seed_plot(runs, score, higher) if not runs.empty else None,
+        "seeds": len(summary.get("seeds") or [0]),
+        "aggregate_rows": aggregate_rows(tables.get("aggregate"), score),
+        "budget_rows": budget_rows(runs, tables.get("baselines")) if not runs.empty else [],
         "cautions": cautions(summary, tables, result.meta, score),
         "baseline_rows": baseline_rows,
         "rank_plot": rank_plot(runs, stages, score) if not runs.empty else None,

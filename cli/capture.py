@@ -7,7 +7,16 @@ from typing import Annotated
 
 import typer
 
-from simkit.cli.common import DataOpt, DeviceOpt, NOpt, SeedOpt, TrustOpt, command, load_cli_model
+from simkit.cli.common import (
+    DataOpt,
+    DataSeedOpt,
+    DeviceOpt,
+    NOpt,
+    SeedOpt,
+    TrustOpt,
+    command,
+    load_cli_model,
+)
 
 
 @command("capture", help=(
@@ -26,15 +35,18 @@ def capture_command(
     batch_size: Annotated[int, typer.Option("--batch-size", help="Samples per forward pass.")] = 64,
     weights: Annotated[Path | None, typer.Option("--weights", help="Local weights file.")] = None,
     seed: SeedOpt = 0,
+    data_seed: DataSeedOpt = 0,
     device: DeviceOpt = "cpu",
     trust: TrustOpt = False,
 ) -> None:
     """`simkit capture`: run MODEL over the data once and cache the chosen layers' activations in --out."""
     from simkit.engine import capture
     from simkit.engine.loading import data_for
+    from simkit.report.headline import capture_headline, read_manifest
 
-    dataset = data_for(data, model, n=n, seed=seed)
+    dataset = data_for(data, model, n=n, seed=data_seed)
     module = load_cli_model(model, seed=seed, trust=trust, weights=weights)
     path = capture(module, dataset, out, layers=layers, reduce=reduce, batch_size=batch_size, n=n,
-                   device=device, model_name=model, data_name=data, seed=seed)
+                   device=device, model_name=model, data_name=data, seed=seed, data_seed=data_seed)
     typer.echo(f"wrote {path / 'manifest.json'}", err=True)
+    typer.echo(f"finding: {capture_headline(read_manifest(path), path)}")

@@ -6,13 +6,15 @@ import functools
 import os
 import re
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
-from typer.core import TyperArgument, TyperCommand, TyperGroup
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 from typer.exceptions import Abort
 
 from simkit.errors import SimkitError
@@ -30,21 +32,50 @@ class _Help:
         return option
 
 
-class _SpecsArgument(TyperArgument):
+def _default_as_typed(param: Any, default_string: str) -> str:
+    """A default as the user would type it: a ``show_default`` text as written (typer wraps it in
+    parentheses, which reads as a Python tuple)."""
+    text = param.show_default
+    return text if isinstance(text, str) else default_string
+
+
+class _Argument(TyperArgument):
+    """An argument as click writes it in the usage line: ``MODEL_A``, ``[MODEL]``, ``MODELS...`` (typer
+    writes ``{model_a}``)."""
+
+    def _usage_display_name(self) -> str:
+        name = self.metavar or (self.name or "").upper()
+        name = name if self.required else f"[{name}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+    def _get_default_string(self, **kwargs: Any) -> str:
+        return _default_as_typed(self, super()._get_default_string(**kwargs))
+
+
+class _SpecsArgument(_Argument):
     """A variadic argument of specs: help shows ``SPEC ...`` as its type."""
 
     def display_type_rich(self, ctx: Any) -> str | None:
         return "SPEC ..."
 
 
+class _Option(TyperOption):
+    """An option whose ``show_default`` text shows as written (see :func:`_default_as_typed`)."""
+
+    def _get_default_string(self, **kwargs: Any) -> str:
+        return _default_as_typed(self, super()._get_default_string(**kwargs))
+
+
 class SimkitCommand(_Help, TyperCommand):
-    """typer's command class with simkit's help (see :class:`_Help`)."""
+    """typer's command class with simkit's help (see :class:`_Help`, :class:`_Argument`, :class:`_Option`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for param in self.params:
-            if isinstance(param, TyperArgument) and param.nargs == -1 and type(param) is TyperArgument:
-                param.__class__ = _SpecsArgument
+            if type(param) is TyperArgument:
+                param.__class__ = _SpecsArgument if param.nargs == -1 else _Argument
+            elif type(param) is TyperOption:
+                param.__class__ = _Option
 
 
 class SimkitGroup(_Help, TyperGroup):
@@ -108,13 +139,15 @@ LIST = "A,B,..."
 # library argument names that every command spells alike: → the option parameter that takes them
 LIBRARY_ALIASES = {"run_dir": "out"}
 _ARGUMENT = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
+_REPEATED = re.compile(r"(--[A-Za-z0-9][A-Za-z0-9-]*) \(\1\)")
 
 
 def cli_message(message: str, flags: dict[str, str]) -> str:
     """A library message for the command line: every backticked library argument that ``flags`` knows
     (argument name → flag, e.g. ``batch_size`` → ``--batch-size``) becomes that flag; other
-    backticked text (a command, a field name) stays as written."""
-    return _ARGUMENT.sub(lambda m: flags.get(m.group(1), m.group(0)), message)
+    backticked text (a command, a field name) stays as written; a flag the library already named beside
+    its argument (``raise `n` (--n)``) is said once."""
+    return _REPEATED.sub(r"\1", _ARGUMENT.sub(lambda m: flags.get(m.group(1), m.group(0)), message))
 
 
 def command_flags(func: Any, arg_flags: dict[str, str] | None = None) -> dict[str, str]:
@@ -137,13 +170,88 @@ def command_flags(func: Any, arg_flags: dict[str, str] | None = None) -> dict[st
         if isinstance(info, ArgumentInfo):
             flags[name] = info.metavar or name.upper()
         else:
-            decls = [d.split("/")[0] for d in getattr(info, "param_decls", None) or () if d.startswith("--")]
+            named = getattr(info, "param_decls", None) or ()
+            if isinstance(getattr(info, "default", None), str):  # Annotated: typer keeps the first name as default
+                named = (info.default, *named)
+            decls = [d.split("/")[0] for d in named if d.startswith("--")]
             own = "--" + name.replace("_", "-")
             flags[name] = own if own in decls or not decls else decls[0]
     for name, flag in {**LIBRARY_ALIASES, **(arg_flags or {})}.items():
         if name not in flags and (flag.startswith("-") or flag in flags):
             flags[name] = flags.get(flag, flag)
     return flags
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line: its lines stripped and joined by spaces."""
+    return " ".join(line.strip() for line in message.splitlines() if line.strip())
+
+
+class WarningChannel:
+    """The one way warnings reach a command's user: every Python warning raised while the command runs
+    (recorded, so Python prints no file path or source line) and every warning the library kept in a
+    result's ``summary["warnings"]``, each once, on one line, its library argument names turned into the
+    command's flags (:func:`cli_message`). :func:`finish` stores them in the run's ``summary["warnings"]``;
+    the command prints them when it succeeds, one ``warning: ...`` line each on stderr."""
+
+    def __init__(self, flags: dict[str, str]) -> None:
+        self.flags = flags
+        self.lines: list[str] = []
+        self.caught: list[warnings.WarningMessage] = []
+        self.printed = 0
+
+    def add(self, message: str) -> None:
+        """Keep ``message`` (one line, flags for library names) unless it is already kept."""
+        line = cli_message(one_line(message), self.flags)
+        if line and line not in self.lines:
+            self.lines.append(line)
+
+    def drain(self) -> None:
+        """Keep the Python warnings recorded so far."""
+        while self.caught:
+            self.add(str(self.caught.pop(0).message))
+
+    def into(self, summary: dict[str, Any]) -> None:
+        """The run's warnings (its summary's own first, then those recorded) into ``summary["warnings"]``."""
+        for message in summary.get("warnings") or []:
+            self.add(str(message))
+        self.drain()
+        if self.lines or "warnings" in summary:
+            summary["warnings"] = list(self.lines)
+
+    def print(self) -> None:
+        """One ``warning: ...`` line on stderr per warning not printed yet (on the main process only)."""
+        self.drain()
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            from simkit.distributed import is_main_process
+
+            if not is_main_process():
+                return
+        for line in self.lines[self.printed:]:
+            typer.echo(f"warning: {line}", err=True)
+        self.printed = len(self.lines)
+
+
+_CHANNELS: list[WarningChannel] = []  # the channel of the command running now
+
+
+@contextmanager
+def warning_channel(flags: dict[str, str]) -> Iterator[WarningChannel]:
+    """Record every Python warning raised inside into a new :class:`WarningChannel` (the one
+    :func:`finish` and :func:`current_warnings` use while it is open)."""
+    channel = WarningChannel(flags)
+    with warnings.catch_warnings(record=True) as caught:
+        channel.caught = caught
+        _CHANNELS.append(channel)
+        try:
+            yield channel
+        finally:
+            _CHANNELS.remove(channel)
+
+
+def current_warnings() -> WarningChannel | None:
+    """The warning channel of the command running now (None outside a command)."""
+    return _CHANNELS[-1] if _CHANNELS else None
 
 
 def command(*args: Any, arg_flags: dict[str, str] | None = None, **kwargs: Any):
@@ -154,7 +262,9 @@ def command(*args: Any, arg_flags: dict[str, str] | None = None, **kwargs: Any):
     nothing but inputs.json when it fails on bad input (or is interrupted) is removed again
     (``simkit.rundir.discard_unused_runs``). Whatever happens, the run directories the command locked
     are released and, under torchrun, every rank leaves the process group before the command returns
-    (``simkit.distributed.shutdown``: a barrier on success, then destroy_process_group)."""
+    (``simkit.distributed.shutdown``: a barrier on success, then destroy_process_group). Warnings go
+    through one :class:`WarningChannel`: recorded while the command runs, stored in its result's summary
+    by :func:`finish`, printed once each as ``warning: ...`` when it succeeds."""
 
     def decorate(func):
         flags = command_flags(func, arg_flags)
@@ -173,13 +283,14 @@ def command(*args: Any, arg_flags: dict[str, str] | None = None, **kwargs: Any):
                     from simkit.distributed import init_if_launched  # (torch: only where it is needed)
 
                     joined = init_if_launched(str(kw.get("device") or "cpu"))
-                result = func(*a, **kw)
+                with warning_channel(flags) as channel:
+                    result = func(*a, **kw)
+                channel.print()
                 ok = True
                 return result
             except SimkitError as exc:
                 discard_unused_runs()
-                message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())  # one line
-                typer.echo(f"error: {cli_message(message, flags)}", err=True)
+                typer.echo(f"error: {cli_message(one_line(str(exc)), flags)}", err=True)
                 raise typer.Exit(2) from None
             except KeyboardInterrupt:
                 discard_unused_runs()
@@ -220,7 +331,11 @@ def split_floats(values: list[str] | str | None, option: str) -> list[float]:
 
 
 OutOpt = Annotated[Path, typer.Option("--out", help="Run directory to write (created if missing).")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for model init, data and training.")]
+SeedOpt = Annotated[int, typer.Option(
+    "--seed", help="Seed for model init and training (not the data: --data-seed).")]
+DataSeedOpt = Annotated[int, typer.Option(
+    "--data-seed", help="Seed for the data: synthetic: samples, imagefolder's shuffle, the held-out split of "
+    "data without one. Apart from --seed, so changing only --seed keeps the data.")]
 NoReportOpt = Annotated[bool, typer.Option("--no-report", help="Skip rendering report.html.", metavar="")]
 TrustOpt = Annotated[bool, typer.Option(
     "--trust", help="Allow loading pickled model files (this executes code from the file).", metavar="")]
@@ -244,17 +359,24 @@ def load_cli_model(spec: str, *, seed: int, trust: bool, weights: Path | None):
 
 
 def finish(result, out: Path, no_report: bool) -> None:
-    """Save a result into its run directory (rank 0 only under torchrun) and say where it went."""
+    """Save a result into its run directory (rank 0 only under torchrun), its warnings (the command's
+    :class:`WarningChannel`) in its summary; print them, say where it went, then (compare, study) one
+    line of what it found (``simkit.report.headline``) on stdout."""
     from simkit.distributed import is_main_process
     from simkit.report import save_run
+    from simkit.report.headline import result_headline
 
     if not is_main_process():
         return
+    channel = current_warnings()
+    if channel is not None:
+        channel.into(result.summary)
     save_run(result, out, report=not no_report)
+    if channel is not None:
+        channel.print()
     shown = out / ("result.json" if no_report else "report.html")
     typer.echo(f"wrote {shown}", err=True)
+    found = result_headline(result)
+    if found is not None:
+        typer.echo(f"finding: {found}; details in {shown}")
 
-
-def echo_err(message: str) -> None:
-    """Print ``message`` to stderr."""
-    print(message, file=sys.stderr)

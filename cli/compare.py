@@ -10,6 +10,8 @@ import typer
 
 from simkit.catalog import DEFAULT_METRICS, metric_help
 from simkit.cli.common import (
+    LIST,
+    DataSeedOpt,
     DeviceOpt,
     NOpt,
     NoReportOpt,
@@ -65,7 +67,7 @@ def compare_command(
     layers_b: Annotated[str, typer.Option("--layers-b", help="Layers of B: names, globs, type:Class, blocks.")] = "blocks",
     metric: Annotated[list[str] | None, typer.Option(
         "--metric", metavar="A,B,...", help=f"Repeatable, comma lists: {metric_help()}. The measures beyond CKA are always "
-        "full-data, in either --mode.", show_default=", ".join(DEFAULT_METRICS))] = None,
+        "full-data, in either --mode.", show_default=",".join(DEFAULT_METRICS))] = None,
     mode: Annotated[Mode, typer.Option("--mode", help="exact (the full-data estimate) or minibatch (per-batch HSIC "
         "averaged over batches, Nguyen et al.; linear_cka there is biased by the batch size, unbiased_cka is "
         "not).")] = Mode.minibatch,
@@ -100,12 +102,25 @@ def compare_command(
         "minibatch CKA: a Poisson bootstrap over batches, nearly free.", show_default="none")] = None,
     ci_resamples: Annotated[int, typer.Option("--ci-resamples", help="Bootstrap replicates behind --ci.")] = 200,
     pairing: Annotated[str, typer.Option(
-        "--pairing", help="Study of caches: which layers to pair (last, or LAYER_A=LAYER_B).")] = "last",
+        "--pairing", help="Study of three or more caches: each cache's layer. last, first, depth[:F] (the layer at "
+        "relative depth F of each cache's layers, 0 = first, 1 = last; default 0.5), a name for all, one per cache "
+        "(A,B,C), or names of one layer across architectures (LAYER_A=LAYER_B: each cache uses the one it "
+        "holds).")] = "last",
     output_index: Annotated[str | None, typer.Option(
         "--output-index", help="For tuple/dict outputs: which element to capture (index or key).")] = None,
     weights_a: Annotated[Path | None, typer.Option("--weights-a", help="Local weights file for A.")] = None,
     weights_b: Annotated[Path | None, typer.Option("--weights-b", help="Local weights file for B.")] = None,
+    name_a: Annotated[str | None, typer.Option(
+        "--name-a", help="Name of A in the report and summary (default: its spec or the cache's model).",
+        show_default=False)] = None,
+    name_b: Annotated[str | None, typer.Option(
+        "--name-b", help="Name of B in the report and summary (default: its spec or the cache's model).",
+        show_default=False)] = None,
+    names: Annotated[list[str] | None, typer.Option(
+        "--names", metavar=LIST, help="Study of caches: one name per cache, in order (default: the cache "
+        "folders' names).", show_default=False)] = None,
     seed: SeedOpt = 0,
+    data_seed: DataSeedOpt = 0,
     device: DeviceOpt = "cpu",
     trust: TrustOpt = False,
     no_report: NoReportOpt = False,
@@ -121,20 +136,44 @@ def compare_command(
         rsa_distance=rsa_distance.value, rsa_compare=rsa_compare.value, ci=ci,
         ci_resamples=ci_resamples).validate()
     result: CompareResult | StudyResult
-    if classify_sources(models) == "caches":
+    kind = classify_sources(models)
+    pair_names = _pair_names(models, kind, name_a, name_b, names)
+    if kind == "caches":
         if len(models) == 2:
             result = compare_caches(models[0], models[1], settings, layers_a=layers_a, layers_b=layers_b,
-                                    device=device)
+                                    device=device, names=pair_names)
         else:
-            result = study(models, settings, pairing=pairing, device=device)
+            result = study(models, settings, pairing=pairing, device=device, names=split_list(names) or None)
         finish(result, out, no_report)
         return
     if data is None:
         raise SimkitError("--data is required when comparing models, e.g. --data synthetic:3x64x64")
-    pair = load_pair(models[0], models[1], data, seed=seed, n=n, trust=trust, weights_a=weights_a,
-                     weights_b=weights_b)
+    pair = load_pair(models[0], models[1], data, seed=seed, data_seed=data_seed, n=n, trust=trust,
+                     weights_a=weights_a, weights_b=weights_b)
     index = int(output_index) if output_index is not None and output_index.isdigit() else output_index
     result = compare(pair.model_a, pair.model_b, pair.data, settings, layers_a=layers_a, layers_b=layers_b,
-                     reduce=reduce.value, device=device, output_index=index, names=(models[0], models[1]),
-                     data_name=data, data_b=pair.data_b)
+                     reduce=reduce.value, device=device, output_index=index,
+                     names=pair_names or (models[0], models[1]), data_name=data, data_b=pair.data_b)
     finish(result, out, no_report)
+
+
+def _pair_names(models: list[str], kind: str, name_a: str | None, name_b: str | None,
+                names: list[str] | None) -> tuple[str, str] | None:
+    """The names of A and B from --name-a/--name-b (each defaults to what names it without them), or
+    None when neither is given; --names belongs to a study and --name-a/--name-b to a pair."""
+    study = kind == "caches" and len(models) > 2
+    if study and (name_a or name_b):
+        raise SimkitError("--name-a and --name-b name the two models of a comparison; name the caches of a "
+                          "study with --names NAME,NAME,...")
+    if names and not study:
+        raise SimkitError("--names names the caches of a study (three or more); name the two models of a "
+                          "comparison with --name-a and --name-b")
+    if not (name_a or name_b):
+        return None
+    if kind == "caches":
+        from simkit.engine.sources import read_manifest
+
+        defaults = [str(read_manifest(path)["model"]) for path in models]
+    else:
+        defaults = models
+    return name_a or defaults[0], name_b or defaults[1]

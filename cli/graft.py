@@ -10,6 +10,7 @@ import typer
 
 from simkit.cli.common import (
     FLAG,
+    DataSeedOpt,
     NOpt,
     NoReportOpt,
     OutOpt,
@@ -62,6 +63,7 @@ def graft_command(
     weights: Annotated[Path | None, typer.Option(
         "--weights", help="Local weights file for MODEL (or for the built-in model).")] = None,
     seed: SeedOpt = 0,
+    data_seed: DataSeedOpt = 0,
     trust: TrustOpt = False,
     resume: ResumeOpt = False,
     no_report: NoReportOpt = False,
@@ -77,8 +79,8 @@ def graft_command(
     module = load_cli_model(settings.model or BUILTIN, seed=seed, trust=trust, weights=weights)
     builtin = is_builtin(module)
     settings.resolved(builtin)  # a MODEL needs --after: known before its data is read
-    dataset = None if data is None else load_data(data, n=settings.samples(builtin), seed=seed)
-    run_dir = cli_run_dir("graft", out, resume, {**settings.to_dict(), "weights": weights},
+    dataset = None if data is None else load_data(data, n=settings.samples(builtin), seed=data_seed)
+    run_dir = cli_run_dir("graft", out, resume, {**settings.to_dict(), "weights": weights, "data_seed": data_seed},
                           files={"model": "model", "data": "data", "weights": "path"})
     result = graft(module, dataset, settings, run_dir=run_dir, resume=resume)
     finish(result, Path(out), no_report)

@@ -45,7 +45,7 @@ def layers_command(
         sample, source = _model_sample(module, model)
     try:
         table = layer_table(module, sample)
-    except (RuntimeError, TypeError, ValueError) as exc:
+    except (RuntimeError, TypeError, ValueError, IndexError) as exc:
         if isinstance(exc, SimkitError):
             raise
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

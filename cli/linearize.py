@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
-import warnings
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +10,7 @@ import typer
 from simkit.cli.common import (
     FLAG,
     LIST,
+    DataSeedOpt,
     DeviceOpt,
     NOpt,
     NoReportOpt,
@@ -19,9 +18,7 @@ from simkit.cli.common import (
     SeedOpt,
     TrustOpt,
     WeightsOpt,
-    cli_message,
     command,
-    command_flags,
     finish,
     load_cli_model,
     split_floats,
@@ -43,10 +40,10 @@ def linearize_command(
     out: Annotated[Path, typer.Option("--out", help="Run directory to write (created if missing).")],
     data: Annotated[str, typer.Option("--data", help="Labelled data spec: mnist1d, digits, npy:PATH, ...")] = "mnist1d",
     granularity: Annotated[list[str] | None, typer.Option(
-        "--granularity", help="channel, layer or both (comma list).", show_default="channel, layer", metavar=LIST)] = None,
+        "--granularity", help="channel, layer or both (comma list).", show_default="channel,layer", metavar=LIST)] = None,
     omega: Annotated[list[str] | None, typer.Option(
         "--omega", help="Penalty weights ω (comma list).",
-        show_default="1e-4, 1e-3, 1e-2, 1e-1", metavar=LIST)] = None,
+        show_default="1e-4,1e-3,1e-2,1e-1", metavar=LIST)] = None,
     epochs: Annotated[float, typer.Option("--epochs", help="Post-training epochs per run.")] = 5.0,
     train: Annotated[float, typer.Option("--train", help="Train MODEL for this many epochs first (demo).")] = 0.0,
     lr: Annotated[float, typer.Option("--lr", help="Learning rate of the weights.")] = 1e-3,
@@ -61,6 +58,7 @@ def linearize_command(
     weights: WeightsOpt = None,
     n: NOpt = None,
     seed: SeedOpt = 0,
+    data_seed: DataSeedOpt = 0,
     seeds: Annotated[int, typer.Option(
         "--seeds", help="Number of seeds: the sweep runs for --seed, --seed+1, ... and the report shows "
                         "mean ± spread (error bars).")] = 1,
@@ -80,30 +78,13 @@ def linearize_command(
         slope_lr=slope_lr, batch_size=batch_size, fold=fold, cka=cka, seed=seed, seeds=seeds, recover=recover)
     settings.validate()
     run_dir = cli_run_dir("linearize", out, resume, {**settings.to_dict(), "model": model, "data": data,
-                                                       "weights": weights, "n": n},
+                                                       "weights": weights, "n": n, "data_seed": data_seed},
                           files={"model": "model", "data": "data", "weights": "path"})   # checked, not started
 
     def build(model_seed: int):   # each seed its own initialisation (zoo specs); files load the same weights
         return load_cli_model(model, seed=model_seed, trust=trust, weights=weights)
 
-    records: list[warnings.WarningMessage] = []
-    shown: list[str] | None = None
-    try:
-        with warnings.catch_warnings(record=True) as records:   # printed below, once each, as one line
-            dataset = load_data(data, n=n, seed=seed)
-            result = linearize(build, dataset, settings, run_dir=run_dir, resume=resume, device=device,
-                               progress=True, model_name=model, data_name=data)
-        # the run's own warnings (its summary) first, then those of other libraries, each once
-        shown = result.summary["warnings"] = list(dict.fromkeys(
-            [*result.summary.get("warnings", []), *(_one_line(str(w.message)) for w in records)]))
-        finish(result, out, no_report)
-    finally:
-        flags = command_flags(inspect.unwrap(linearize_command))
-        for message in dict.fromkeys(shown if shown is not None else (_one_line(str(w.message)) for w in records)):
-            typer.echo(f"warning: {cli_message(message, flags)}", err=True)
-
-
-def _one_line(message: str) -> str:
-    """A warning's text on one line (the lines of a multi-line message joined by spaces)."""
-    return " ".join(line.strip() for line in message.splitlines() if line.strip())
-
+    dataset = load_data(data, n=n, seed=data_seed).with_test_split(data_seed)  # held out by the data seed
+    result = linearize(build, dataset, settings, run_dir=run_dir, resume=resume, device=device, progress=True,
+                       model_name=model, data_name=data)
+    finish(result, out, no_report)   # its warnings: once each, as one line (simkit.cli.common.WarningChannel)

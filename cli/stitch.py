@@ -13,6 +13,7 @@ from simkit.cli.common import (
     FLAG,
     LIST,
     DataOpt,
+    DataSeedOpt,
     DeviceOpt,
     NOpt,
     NoReportOpt,
@@ -21,7 +22,6 @@ from simkit.cli.common import (
     SeedOpt,
     TrustOpt,
     command,
-    echo_err,
     finish,
     load_cli_model,
     split_list,
@@ -113,8 +113,13 @@ def stitch_command(
         "--weights-a", help="Local weights file for A (every seed loads it).")] = None,
     weights_b: Annotated[Path | None, typer.Option(
         "--weights-b", help="Local weights file for B (every seed loads it).")] = None,
+    name_a: Annotated[str | None, typer.Option(
+        "--name-a", help="Name of A in the report and summary (default: its spec).", show_default=False)] = None,
+    name_b: Annotated[str | None, typer.Option(
+        "--name-b", help="Name of B in the report and summary (default: its spec).", show_default=False)] = None,
     n: NOpt = None,
     seed: SeedOpt = 0,
+    data_seed: DataSeedOpt = 0,
     device: DeviceOpt = "cpu",
     trust: TrustOpt = False,
     resume: ResumeOpt = False,
@@ -133,7 +138,7 @@ def stitch_command(
         iri_batch_size=iri_batch_size, iri_restarts=iri_restarts, n=n, seed=seed, train=train, seeds=seeds,
         val_every=val_every, val_fraction=val_fraction).validate()
     run_dir = cli_run_dir("stitch", out, resume, {**settings.to_dict(), "model_a": model_a, "model_b": model_b,
-                                                  "data": data, "test_data": test_data,
+                                                  "data": data, "test_data": test_data, "data_seed": data_seed,
                                                   "weights_a": weights_a, "weights_b": weights_b},
                           files={"model_a": "model", "model_b": "model", "data": "data",
                                  "test_data": "data", "weights_a": "path",
@@ -141,12 +146,11 @@ def stitch_command(
     # A gets the seed, B seed + 1 (simkit.seeding.pair_seeds): the same spec twice gives two networks
     build_a = seeded_models(model_a, "model_a", seed, trust, weights_a)
     build_b = seeded_models(model_b, "model_b", seed, trust, weights_b)
-    dataset = load_data(data, n=n, seed=seed)
-    evaluation = load_data(test_data, seed=seed) if test_data is not None else None
+    dataset = load_data(data, n=n, seed=data_seed)  # held out by the data seed unless --test-data evaluates
+    dataset = dataset if test_data is not None else dataset.with_test_split(data_seed)
+    evaluation = load_data(test_data, seed=data_seed) if test_data is not None else None
     result = runner.stitch(build_a, build_b, dataset, settings, test_data=evaluation, run_dir=run_dir, resume=resume,
                            device=device,
                            cache_dir=runner.DEFAULT_CACHE if cache_dir is None else cache_dir,
-                           names=(model_a, model_b))
-    finish(result, out, no_report)
-    for message in result.summary["warnings"]:
-        echo_err(f"warning: {message}")
+                           names=(name_a or model_a, name_b or model_b))
+    finish(result, out, no_report)   # its warnings: once each, as one line (simkit.cli.common.WarningChannel)

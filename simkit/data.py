@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -166,6 +167,17 @@ class Dataset:
         train.test = test.test = None
         return train, test
 
+    def with_test_split(self, seed: int = 0, test_fraction: float = 0.2) -> Dataset:
+        """This dataset with a held-out ``test`` split: itself when it has one, else the training part of
+        :meth:`train_test` (``seed``, ``test_fraction``) carrying the held-out part as its ``test``. A
+        runner that splits its data then finds this split (drawn by the data's seed, ``--data-seed``)
+        instead of drawing one from its own seed."""
+        if self.test is not None:
+            return self
+        train, test = self.train_test(test_fraction, seed)
+        train.test = test
+        return train
+
     def cap(self, n: int | None) -> Dataset:
         """The first ``n`` samples (all when ``n`` is None or ≥ len); keeps ``test`` whole."""
         if n is None or n >= len(self):
@@ -252,7 +264,18 @@ def load_data(spec: str, *, n: int | None = None, seed: int = 0, tokenizer: str 
                           "yourself and pass it as npy:PATH (optionally ,labels=PATH) or imagefolder:DIR")
     if kind not in loaders:
         raise SimkitError(f"unknown data kind {kind!r}; valid kinds: {', '.join(DATA_SPEC_KINDS)}")
-    return loaders[kind](spec=spec, target=target, options=options, n=n, seed=seed, tokenizer=tokenizer)
+    dataset = loaders[kind](spec=spec, target=target, options=options, n=n, seed=seed, tokenizer=tokenizer)
+    dataset.info["data_seed"] = seed  # recorded by simkit.compare in meta.seeds.data
+    if n is not None and len(dataset) < n:
+        _warn_fewer(dataset, n)
+    return dataset
+
+
+def _warn_fewer(dataset: Dataset, n: int) -> None:
+    """Warn (once, one line) that ``n`` asked for more samples than ``dataset`` holds, so all are used."""
+    split = "" if dataset.test is None else f" (its training split; its test split holds {len(dataset.test)} more)"
+    warnings.warn(f"data {dataset.spec!r} holds {len(dataset)} samples{split}, fewer than `n` {n}; using all "
+                  f"{len(dataset)}", UserWarning, stacklevel=3)
 
 
 def _no_options(spec: str, options: dict[str, str], allowed: tuple[str, ...] = ()) -> None:
@@ -446,10 +469,29 @@ def _read_array(spec: str, path: Path) -> np.ndarray | Tensor | Any:
         except Exception as exc:
             raise SimkitError(f"data {spec!r}: cannot read {str(path)!r} as tensors ({exc}); "
                               "save plain tensors with torch.save") from None
+    _check_npy_header(spec, path)
     try:
         return np.load(path, allow_pickle=False)
+    except ValueError as exc:
+        if "allow_pickle" not in str(exc):
+            raise SimkitError(f"data {spec!r}: cannot read {str(path)!r} as a .npy array ({exc})") from None
+        raise SimkitError(f"data {spec!r}: {str(path)!r} holds Python objects (an object array), which simkit "
+                          "does not unpickle; save a numeric array with np.save") from None
     except Exception as exc:
         raise SimkitError(f"data {spec!r}: cannot read {str(path)!r} as a .npy array ({exc})") from None
+
+
+def _check_npy_header(spec: str, path: Path) -> None:
+    """Refuse a file that is neither a .npy array nor a .npz archive (a text or CSV file, say) with our
+    own one line, before numpy reads it as a pickle and suggests ``allow_pickle``."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(6)
+    except OSError as exc:
+        raise SimkitError(f"data {spec!r}: cannot read {str(path)!r} ({exc.strerror})") from None
+    if not head.startswith((b"\x93NUMPY", b"PK")):
+        raise SimkitError(f"data {spec!r}: {str(path)!r} is not a .npy file (no NumPy header); save the array "
+                          "with np.save (a text table: np.save('x.npy', np.loadtxt(FILE)))")
 
 
 def _labels_option(spec: str, options: dict[str, str]) -> Tensor | None:

@@ -10,7 +10,7 @@ one table of kinds: ``simkit.load`` and the report layer look a kind up there). 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,6 +25,9 @@ from simkit.io import write_csv, write_json
 # fills it when imported (``simkit.report``, which ``simkit.engine`` and ``simkit.load`` import); results
 # stay data and never import it.
 HTML_VIEWS: dict[str, Callable[[Any], str]] = {}
+# The figures of a result's report (``savefig``): result kind → function returning {file name: draw()}, in
+# the report's order; filled by the report layer like HTML_VIEWS.
+FIGURE_VIEWS: dict[str, Callable[[Any], dict[str, Callable[[], Any]]]] = {}
 
 
 @dataclass
@@ -52,6 +55,41 @@ class RunResult:
         repr, only when the report layer was never imported)."""
         view = HTML_VIEWS.get(self.kind)
         return view(self) if view is not None else None
+
+    def figures(self) -> dict[str, Callable[[], Any]]:
+        """The report's figures, ``{file name: draw}`` in the report's order (``draw()`` makes the matplotlib
+        Figure); the names ``savefig`` and ``simkit report DIR --figures`` give the files."""
+        view = FIGURE_VIEWS.get(self.kind)
+        if view is None:
+            raise SimkitError("the report layer is not loaded: `import simkit.report` (simkit.load and every "
+                              "simkit runner load it), then call savefig again")
+        return view(self)
+
+    def savefig(self, path: str | Path, formats: str | Sequence[str] | None = None,
+                name: str | None = None) -> list[Path]:
+        """Write the report's figures as files and return their paths.
+
+        path: a folder (created when missing): every figure as ``<path>/<name>.<format>`` for each of
+            ``formats`` (a comma list or sequence from png, pdf, svg; default all three); or a file name
+            ending in .png, .pdf or .svg: the figure ``name`` (default: the report's first) in that format.
+        Text is at least 9 pt at print size and stays text in pdf and svg; colours are colour-blind safe.
+        """
+        from simkit.plotting import FIGURE_FORMATS, parse_formats, write_figures
+
+        path = Path(path)
+        single = path.suffix.lower().lstrip(".") in FIGURE_FORMATS
+        if single and formats is not None:
+            raise SimkitError(f"`path` {path} names one file, so its suffix is the format; drop `formats` or "
+                              "pass a folder")
+        chosen = (path.suffix.lower().lstrip("."),) if single else parse_formats(formats or FIGURE_FORMATS)
+        if not single and path.exists() and not path.is_dir():
+            raise SimkitError(f"`path` {path} is an existing file; pass a folder or a file ending in "
+                              f".{', .'.join(FIGURE_FORMATS)}")
+        figures = _chosen_figures(self.figures(), name, single, self.kind)
+        if single:
+            (draw,) = figures.values()
+            return write_figures({path.stem: draw}, path.parent, chosen)
+        return write_figures(figures, path, chosen)
 
     def to_frame(self) -> pd.DataFrame:
         """The main table as a pandas DataFrame (a copy)."""
@@ -103,6 +141,19 @@ class RunResult:
                                   "that wrote it")
         return cls(summary=data.get("summary", {}), tables=tables,
                    meta=data.get("meta", {}), extra=data.get("extra", {}))
+
+
+def _chosen_figures(figures: dict[str, Callable[[], Any]], name: str | None, single: bool,
+                    kind: str) -> dict[str, Callable[[], Any]]:
+    """``figures`` (all) or the one named ``name`` (``single``: the first when no name is given); a
+    SimkitError naming the known figures for an unknown name or a report without figures."""
+    if not figures:
+        raise SimkitError(f"this {kind} result's report has no figures to save")
+    if name is None:
+        return dict([next(iter(figures.items()))]) if single else figures
+    if name not in figures:
+        raise SimkitError(f"`name` {name!r} is not a figure of this {kind} result; its figures: {', '.join(figures)}")
+    return {name: figures[name]}
 
 
 def _read_table(run_dir: Path, name: str, text: list[str]) -> pd.DataFrame:
@@ -161,7 +212,8 @@ class CompareResult(RunResult):
         """``seaborn.heatmap`` of ``matrix(metric)`` (default: the only metric, else unbiased_cka, else the
         first): rows A's layers, columns B's. ``ax``: draw there; ``annot``: print the values (default:
         when at most 12 × 12); other keywords go to seaborn. Needs seaborn (``pip install seaborn``, or
-        the ``notebook`` extra). Returns the matplotlib Figure."""
+        the ``notebook`` extra). Returns the matplotlib Figure: shown inline as a notebook cell's value,
+        never a pyplot figure (``fig.savefig(path)`` in a script; the backend is left alone)."""
         metric = _plot_metric(self.summary, self.tables["similarity"], metric, "result")
         return heatmap_figure(self.matrix(metric), metric, f"B: {self.summary.get('model_b', 'B')}",
                               f"A: {self.summary.get('model_a', 'A')}", ax=ax, annot=annot, **heatmap)
@@ -197,29 +249,34 @@ def _plot_metric(summary: dict[str, Any], frame: pd.DataFrame, metric: str | Non
 
 def heatmap_figure(frame: pd.DataFrame, title: str, xlabel: str, ylabel: str, *, ax: Any = None,
                    annot: bool | None = None, **heatmap: Any):
-    """A seaborn heatmap of ``frame`` (R, C) on ``ax`` (default: a new pyplot figure sized to the frame);
-    bounded measures get their range from the catalogue (simkit.catalog). Returns the Figure."""
+    """A seaborn heatmap of ``frame`` (R, C) on ``ax`` (default: a new figure sized to the frame, on its own
+    Agg canvas: never a pyplot figure, so the user's backend and figures stay as they were, and it shows
+    inline in Jupyter as the cell's value); long labels shortened in the middle; bounded measures get
+    their range from the catalogue (simkit.catalog). Returns the Figure."""
     try:
         import seaborn as sns
     except ImportError:
         raise SimkitError("plot() draws with seaborn, which is not installed: pip install seaborn "
                           "(or pip install 'simkit[notebook]')") from None
-    import matplotlib.pyplot as plt
+    from simkit.plotting import agg_figure, figure_style, shorten
 
-    if ax is None:
-        rows, cols = frame.shape
-        _, ax = plt.subplots(figsize=(min(14.0, 2.5 + 0.45 * cols), min(12.0, 2.0 + 0.4 * rows)))
     if annot is None:
         annot = max(frame.shape) <= 12
     lo, hi = colour_bounds(title)
     if lo is not None:
         heatmap.setdefault("vmin", lo)
         heatmap.setdefault("vmax", hi)
-    sns.heatmap(frame.astype(float), ax=ax, annot=annot, fmt=".2f", cmap=heatmap.pop("cmap", "viridis"),
-                square=heatmap.pop("square", True), cbar_kws={"label": title}, **heatmap)
-    ax.set_title(title)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    heatmap.setdefault("xticklabels", [shorten(str(c)) for c in frame.columns])
+    heatmap.setdefault("yticklabels", [shorten(str(r)) for r in frame.index])
+    with figure_style():
+        if ax is None:
+            rows, cols = frame.shape
+            ax = agg_figure(min(14.0, 2.5 + 0.45 * cols), min(12.0, 2.0 + 0.4 * rows)).add_subplot(1, 1, 1)
+        sns.heatmap(frame.astype(float), ax=ax, annot=annot, fmt=".2f", cmap=heatmap.pop("cmap", "viridis"),
+                    square=heatmap.pop("square", True), cbar_kws={"label": title}, **heatmap)
+        ax.set_title(title)
+        ax.set_xlabel(shorten(xlabel, 60))
+        ax.set_ylabel(shorten(ylabel, 60))
     return ax.figure
 
 

@@ -34,9 +34,10 @@ def generator(seed: int, *keys: int | str) -> torch.Generator:
     return torch.Generator().manual_seed(derive_seed(seed, *keys) if keys else int(seed))
 
 
-def pair_seeds(seed: int) -> dict[str, int]:
+def pair_seeds(seed: int, data_seed: int = 0) -> dict[str, int]:
     """The one seed rule of every command that builds two models from specs (compare, stitch): model A
     gets ``seed``, model B ``seed + 1`` (so the same spec twice gives two independently initialised
     networks, and ``simkit capture --seed 1`` of B stores the activations a comparison with ``--seed 0``
-    sees), and the data ``seed``."""
-    return {"model_a": seed, "model_b": seed + 1, "data": seed}
+    sees), and the data ``data_seed`` (0 unless given: apart from ``seed``, so changing only the model
+    seed keeps the data)."""
+    return {"model_a": seed, "model_b": seed + 1, "data": data_seed}

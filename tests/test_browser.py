@@ -372,3 +372,94 @@ def test_every_kind_shows_itself_in_a_fresh_notebook(real_runs, kind):
             "assert html and 'class=\"findings\"' in html, repr(html)[:300]\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------------------------------
+# #26: what the models are, no similar pair from noise, and the study's views of many networks at once
+
+PROSE_JS = """
+(() => {
+  const parts = [];
+  for (const el of document.body.children) {
+    if (el.tagName === 'H2' && el.textContent.startsWith('How this run was made')) break;
+    parts.push(el.innerText || '');
+  }
+  return parts.join('\\n');
+})()
+"""
+
+WEIGHTS = ("random init", "weights file", "pretrained")
+
+
+@pytest.mark.parametrize("kind", ["compare", "study", "convert", "stitch", "linearize", "graft"])
+def test_every_report_kind_names_its_models_weights(browser, real_runs, kind):
+    """Every model of these runs is built by simkit with random initial weights: the report says so
+    where a reader reads (heading, findings, tables), not only in "How this run was made"."""
+    browser.open((real_runs[kind] / "report.html").as_uri())
+    prose = browser.evaluate(PROSE_JS)
+    assert "random init" in prose, f"the {kind} report never says its models' weights are a random init"
+    if kind == "compare":  # both models named with their weights
+        assert prose.count("random init") >= 2
+
+
+VIEWS_JS = """
+(() => ['study-map', 'study-tree'].map(id => {
+  const svg = document.querySelector('#' + id + ' svg.view-svg');
+  if (!svg) return null;
+  svg.scrollIntoView();
+  const box = svg.getBoundingClientRect();
+  const style = getComputedStyle(svg);
+  return {width: box.width, height: box.height, top: box.top + window.scrollY, left: box.left + window.scrollX,
+          visible: style.visibility === 'visible' && style.display !== 'none',
+          texts: Array.from(svg.querySelectorAll('text')).map(t => t.textContent),
+          titles: Array.from(svg.querySelectorAll('title')).map(t => t.textContent),
+          caption: document.querySelector('#' + id + ' figcaption').textContent};
+}))()
+"""
+
+
+def check_views(browser: Browser, models: list[str]) -> list[dict]:
+    """The map and the dendrogram are on screen, drawn, with every model named (full name on hover)."""
+    found = browser.evaluate(VIEWS_JS)
+    assert None not in found, "the study report lacks the map or the dendrogram"
+    png = browser.screenshot()
+    for item in found:
+        assert item["visible"] and item["width"] > 200 and item["height"] > 150
+        assert colours_in(png, item) > 10  # drawn, not a blank box
+        assert sorted(item["titles"]) == sorted(models)
+    assert "MDS" in found[0]["caption"] and "embedding.csv" in found[0]["caption"]
+    assert "linkage" in found[1]["caption"] and "linkage.csv" in found[1]["caption"]
+    return found
+
+
+def test_the_study_report_shows_the_map_and_the_dendrogram(browser, real_runs):
+    from simkit.results import load
+
+    browser.open((real_runs["study"] / "report.html").as_uri())
+    assert browser.errors() == []
+    check_views(browser, list(load(real_runs["study"]).summary["models"]))
+
+
+def test_a_study_of_unrelated_random_models_names_no_similar_pair(browser, tmp_path):
+    """Models whose one layer is an independent random table: nothing is similar, and the report says
+    so: no "most similar pair", the map and tree called noise."""
+    import torch
+    from test_cache import _Table
+
+    from simkit.engine import capture, study
+    from simkit.report import save_run
+
+    index = torch.arange(256)
+    paths = [capture(_Table(seed), index, tmp_path / f"noise{seed}", layers=["layer"], model_name=f"noise{seed}",
+                     data_name="index", progress=False) for seed in range(4)]
+    result = study(paths, progress=False)
+    run = save_run(result, tmp_path / "study")
+    browser.open((run / "report.html").as_uri())
+    assert browser.errors() == []
+    layout = browser.evaluate(LAYOUT_JS)
+    text = " ".join(layout["findings"])
+    assert "most similar pair" not in text and "no pair of different models beats chance" in text
+    assert "as given" in text  # the weights of modules simkit did not load
+    assert layout["clipped"] == [] and layout["pageOverflow"] <= 1
+    check_views(browser, list(result.summary["models"]))
+    assert "layout is noise" in browser.evaluate(PROSE_JS)

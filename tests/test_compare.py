@@ -290,7 +290,7 @@ def test_loaded_specs_record_names_data_and_seeds():
     result = compare(load_model(spec_a, seed=3), load_model(spec_b, seed=4), dataset, n=24, seed=3,
                      metrics=["linear_cka"], names=(spec_a, spec_b), progress=False)
     assert result.summary["model_a"] == spec_a and result.summary["data"] == "mnist1d"  # the Dataset's spec
-    assert result.meta["seeds"] == {"null": 3, "model_a": 3, "model_b": 4}
+    assert result.meta["seeds"] == {"null": 3, "model_a": 3, "model_b": 4, "data": 3}  # data: load_data's seed
 
 
 def test_every_option_is_recorded(data):

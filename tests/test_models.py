@@ -77,13 +77,14 @@ def test_seeded_init_and_global_rng_untouched():
     assert _same_state(a, b) and not _same_state(a, c)
 
 
-def test_torchvision_seeded_and_unknown_name():
+def test_torchvision_seeded_and_unknown_name(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))  # an empty hub cache: pretrained weights are not there
     a = load_model("torchvision:resnet18", seed=3, num_classes=7)
     b = load_model("torchvision:resnet18", seed=3, num_classes=7)
     assert _same_state(a, b) and a.fc.out_features == 7 and not a.training
     with pytest.raises(SimkitError, match=r"unknown torchvision model 'resnet81'; closest: resnet18"):
         load_model("torchvision:resnet81")
-    with pytest.raises(SimkitError, match="pretrained torchvision weights would be downloaded"):
+    with pytest.raises(SimkitError, match="weights are not in the torch hub cache; place the file"):
         load_model("torchvision:resnet18:weights=DEFAULT")
 
 

@@ -1,8 +1,10 @@
 """Turn what users pass as data into a stream of global input batches, strided over torchrun ranks.
 
 Accepted: a Tensor (first axis = samples), a dict of tensors (tokenised text), a
-``simkit.data.Dataset``, or any iterable of batches (a DataLoader yielding tensors, ``(x, y)``
-tuples or dicts). Batches are defined globally (batch ``i`` holds the same samples whatever the number
+``simkit.data.Dataset``, a map-style dataset (``torch.utils.data.TensorDataset`` or any object with
+``__getitem__`` and ``__len__`` whose items are one sample: a tensor, ``(x, y, ...)`` or a dict; read
+``batch_size`` items at a time and stacked), or any iterable of batches (a DataLoader yielding tensors,
+``(x, y)`` tuples or dicts). Batches are defined globally (batch ``i`` holds the same samples whatever the number
 of processes); under torchrun each rank takes every ``world_size``-th batch. Every batch comes with
 its global index ``i``, which the accumulators need (it seeds the minibatch null and orders stored
 samples) and which only this module knows.
@@ -37,9 +39,53 @@ def _is_dataset(data: Any) -> bool:
     return hasattr(data, "rows") and hasattr(data, "__len__")
 
 
+def _is_map_style(data: Any) -> bool:
+    """A map-style dataset of single samples (``TensorDataset``, any ``__getitem__`` + ``__len__``); a list
+    or tuple is an iterable of batches, as before, and a Tensor, dict or simkit Dataset has its own path."""
+    return (hasattr(data, "__getitem__") and hasattr(data, "__len__")
+            and not isinstance(data, torch.Tensor | dict | list | tuple | str) and not _is_dataset(data))
+
+
+def _map_rows(data: Any) -> Callable[[int, int], Batch]:
+    """``rows(start, stop)`` of a map-style dataset: its items ``start`` … ``stop - 1``, stacked."""
+
+    def rows(start: int, stop: int) -> Batch:
+        items = [_sample_inputs(_item(data, i), i) for i in range(start, stop)]
+        if isinstance(items[0], dict):
+            return {key: torch.stack([item[key] for item in items]) for key in items[0]}  # type: ignore[index]
+        return torch.stack(items)  # type: ignore[arg-type]
+
+    return rows
+
+
+def _sample_inputs(item: Any, index: int) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The model inputs of one item of a map-style dataset: x, (x, y, ...) or a dict of tensors."""
+    inputs = item[0] if isinstance(item, list | tuple) and item else item
+    if isinstance(inputs, dict) and all(isinstance(v, torch.Tensor) for v in inputs.values()):
+        return inputs
+    if isinstance(inputs, torch.Tensor):
+        return inputs
+    try:  # numbers that are not a tensor (a numpy row): floating point as float32, as simkit.data reads them
+        tensor = torch.as_tensor(inputs)
+        return tensor.float() if tensor.is_floating_point() else tensor
+    except (TypeError, ValueError, RuntimeError):
+        raise SimkitError(f"item {index} of the data holds a {type(inputs).__name__}; a map-style dataset's "
+                          "items must be a tensor, (inputs, labels) or a dict of tensors") from None
+
+
+def _item(data: Any, index: int) -> Any:
+    """``data[index]``; a map-style dataset that cannot give it is a SimkitError naming its type."""
+    try:
+        return data[index]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise SimkitError(f"data of type {type(data).__name__} has no item {index} ({type(exc).__name__}: "
+                          f"{str(exc)[:80]}); pass a Tensor, a map-style dataset whose items 0 … len - 1 are "
+                          "samples, or a DataLoader") from None
+
+
 def count_rows(data: Any) -> int | None:
     """The number of samples when known without iterating, else None."""
-    if _is_dataset(data):
+    if _is_dataset(data) or _is_map_style(data):
         return len(data)
     if isinstance(data, torch.Tensor | dict):
         return batch_rows(data)
@@ -74,21 +120,22 @@ def global_batches(data: Any, batch_size: int, n: int | None = None, *, rank: in
     """Yield ``(global index, batch)`` for this rank's input batches of at most ``batch_size`` rows,
     ``n`` samples in all at most.
 
-    data: Tensor (N, ...), dict of (N, ...) tensors, Dataset, or an iterable of batches.
+    data: Tensor (N, ...), dict of (N, ...) tensors, Dataset, a map-style dataset of single samples, or an
+    iterable of batches.
     """
     check_batch_size(batch_size)
-    if _is_dataset(data) or isinstance(data, torch.Tensor | dict):
-        known = len(data) if _is_dataset(data) else batch_rows(data)
+    if _is_dataset(data) or _is_map_style(data) or isinstance(data, torch.Tensor | dict):
+        known = len(data) if _is_dataset(data) or _is_map_style(data) else batch_rows(data)
         total = known if n is None else min(n, known)
-        rows: Callable[[int, int], Batch] = data.rows if _is_dataset(data) else (
-            lambda start, stop: take_rows(data, slice(start, stop)))
+        rows: Callable[[int, int], Batch] = data.rows if _is_dataset(data) else _map_rows(data) \
+            if _is_map_style(data) else (lambda start, stop: take_rows(data, slice(start, stop)))
         for index, start in enumerate(range(0, total, batch_size)):
             if index % world_size == rank:
                 yield index, rows(start, min(start + batch_size, total))
         return
     if not isinstance(data, Iterable):
         raise SimkitError(f"data of type {type(data).__name__} is not iterable; pass a Tensor, a "
-                          "Dataset or a DataLoader")
+                          "Dataset (map-style: __getitem__ and __len__) or a DataLoader")
     yield from rebatch((_inputs_of(item) for item in data), batch_size, n, rank, world_size)
 
 

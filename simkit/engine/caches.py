@@ -65,12 +65,13 @@ def capture(model: nn.Module, data: Any, out: str | Path, *, layers: str | Seque
             reduce: str = "auto", batch_size: int = 64, n: int | None = None,
             device: str | torch.device = "cpu", output_index: Any = None, shard_bytes: int = 256 * 2**20,
             dtype: torch.dtype = torch.float32, model_name: str = "model", data_name: str | None = None,
-            seed: int = 0, progress: bool = True) -> Path:
+            seed: int = 0, progress: bool = True, data_seed: int | None = None) -> Path:
     """Run ``model`` over ``data`` once and write the chosen layers' activations to the cache ``out``.
 
     Activations are reduced to (n, dim) per layer and stored in ``dtype``; shards hold about
     ``shard_bytes`` each. ``model_name``, ``data_name`` (default: a Dataset's spec) and ``seed`` are
-    recorded in the manifest, with ``samples_sha256`` (:class:`SampleDigest`), which
+    recorded in the manifest (and ``data_seed``, the seed the data was made with, when given), with
+    ``samples_sha256`` (:class:`SampleDigest`), which
     ``compare_caches`` and ``study`` check. ``reduce``: as in ``simkit.layers`` (``auto``: the mask-aware
     mean over a token sequence, flatten otherwise). Returns the cache directory.
     """
@@ -148,7 +149,7 @@ def capture(model: nn.Module, data: Any, out: str | Path, *, layers: str | Seque
     samples_sha256, digest_of = digest.result(rows)
     manifest = run_meta(
         format=FORMAT, model=model_name, weights=weights_of(model), data=data_label(data, data_name), n=rows,
-        seed=seed,
+        seed=seed, **({} if data_seed is None else {"data_seed": data_seed}),
         samples_sha256=samples_sha256, samples_digest_of=digest_of,
         batch_size=batch_size, reduce=reduce, dtype=str(dtype).replace("torch.", ""),
         layers=[{k: v for k, v in row.items() if k != "model"} for row in layer_rows],

@@ -68,9 +68,19 @@ def weights_of(model: nn.Module) -> str:
     return f"{weights}, seed {seed}" if weights == "random init" and isinstance(seed, int) else weights
 
 
-def _seeds_of(model_a: nn.Module, model_b: nn.Module) -> dict[str, int]:
-    """The seeds ``simkit.models.load_model`` initialised the models with (``model.simkit_seed``), if known."""
+def weights_words(model: nn.Module, epochs: float = 0, seeds: int = 1) -> str:
+    """:func:`weights_of` for a runner's report: the (first seed's) model's weights, "(the first of N
+    seeds …)" when each seed builds its own, then ", then trained here for E epochs" when the run did."""
+    words = weights_of(model) + (f" (the first of {seeds} seeds, each built with its own)" if seeds > 1 else "")
+    return f"{words}, then trained here for {epochs:g} epoch{'' if epochs == 1 else 's'}" if epochs > 0 else words
+
+
+def _seeds_of(model_a: nn.Module, model_b: nn.Module, data: Any = None) -> dict[str, int]:
+    """The seeds ``simkit.models.load_model`` initialised the models with (``model.simkit_seed``) and the
+    seed ``simkit.data.load_data`` made the data with (``info["data_seed"]``: ``data``), where known."""
+    info = getattr(data, "info", None)
     seeds = {side: getattr(model, "simkit_seed", None) for side, model in (("model_a", model_a), ("model_b", model_b))}
+    seeds["data"] = info.get("data_seed") if isinstance(info, dict) else None
     return {side: seed for side, seed in seeds.items() if isinstance(seed, int)}
 
 
@@ -136,19 +146,22 @@ def compare(model_a: nn.Module, model_b: nn.Module, data: Any, settings: Compare
     seconds = time.perf_counter() - started
     run = Run(given.updated(**changes), chosen, str(target),
               {"layers_a": selector(layers_a), "layers_b": selector(layers_b), "reduce": reduce,
-               "output_index": output_index}, _seeds_of(model_a, model_b))
+               "output_index": output_index}, _seeds_of(model_a, model_b, data))
     return compare_result(run, measured, model_a=names[0], model_b=names[1], data=data_label(data, data_name),
                           layers_a=chosen_a, layers_b=chosen_b, layer_rows=taps.layer_rows(measured),
                           seconds=seconds, timings={"forward": taps.forward_seconds()},
-                          weights=(weights_of(model_a), weights_of(model_b)))
+                          weights=(weights_of(model_a), weights_of(model_b)),
+                          specs={"model_a": _spec_of(model_a, names[0]), "model_b": _spec_of(model_b, names[1])})
 
 
 def compare_caches(path_a: str | Path, path_b: str | Path, settings: CompareSettings | None = None, *,
                    layers_a: str | Sequence[str] = "blocks", layers_b: str | Sequence[str] = "blocks",
-                   device: str | torch.device = "cpu", progress: bool = True, **changes: Any) -> CompareResult:
+                   device: str | torch.device = "cpu", progress: bool = True, names: tuple[str, str] | None = None,
+                   **changes: Any) -> CompareResult:
     """Compare two activation caches (written by ``simkit.engine.capture``) as ``compare`` compares two
     models; the metrics run on ``device``. ``settings`` and keyword ``changes`` as in ``compare``. The
-    names, data and seeds recorded come from the manifests."""
+    data and seeds recorded come from the manifests, and so do the names unless ``names`` gives them
+    (the manifests' model specs stay in ``meta.specs``)."""
     given = settings or CompareSettings()
     chosen_settings = resolve_settings(settings, changes)
     target = resolve_device(device)
@@ -166,8 +179,10 @@ def compare_caches(path_a: str | Path, path_b: str | Path, settings: CompareSett
     run = Run(given.updated(**changes), chosen_settings, str(target),
               {"layers_a": selector(layers_a), "layers_b": selector(layers_b), "reduce": manifests[0]["reduce"]},
               {"model_a": manifests[0].get("seed"), "model_b": manifests[1].get("seed")})
+    names = names or (manifests[0]["model"], manifests[1]["model"])
     return compare_result(
-        run, measured, model_a=manifests[0]["model"], model_b=manifests[1]["model"], data=manifests[0]["data"],
+        run, measured, model_a=names[0], model_b=names[1], data=manifests[0]["data"],
+        specs={"model_a": manifests[0]["model"], "model_b": manifests[1]["model"]},
         layers_a=chosen[0], layers_b=chosen[1], layer_rows=cached_layer_rows(manifests, chosen),
         seconds=time.perf_counter() - started, caches=[str(path_a), str(path_b)],
         weights=(manifests[0].get("weights", "unknown (an older cache)"),

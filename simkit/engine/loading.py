@@ -41,11 +41,13 @@ def text_tokenizers(data: str, models: list[str]) -> tuple[str | None, str | Non
     return own[0] or own[1], own[1] or own[0]
 
 
-def load_pair(spec_a: str, spec_b: str, data: str, *, seed: int = 0, n: int | None = None, trust: bool = False,
-              weights_a: str | Path | None = None, weights_b: str | Path | None = None) -> LoadedPair:
-    """Load two models and the data for ``simkit.compare`` (seeds by :func:`~simkit.seeding.pair_seeds`;
-    ``text:`` data tokenised per model, see the module docstring)."""
-    seeds = pair_seeds(seed)
+def load_pair(spec_a: str, spec_b: str, data: str, *, seed: int = 0, data_seed: int = 0, n: int | None = None,
+              trust: bool = False, weights_a: str | Path | None = None,
+              weights_b: str | Path | None = None) -> LoadedPair:
+    """Load two models and the data for ``simkit.compare`` (seeds by :func:`~simkit.seeding.pair_seeds`:
+    the models from ``seed``, the data from ``data_seed``; ``text:`` data tokenised per model, see the
+    module docstring)."""
+    seeds = pair_seeds(seed, data_seed)
     tokenizers = text_tokenizers(data, [spec_a, spec_b])
     dataset = load_data(data, n=n, seed=seeds["data"], tokenizer=tokenizers[0])
     dataset_b = None if tokenizers[1] == tokenizers[0] else \
@@ -76,6 +78,7 @@ def classify_sources(paths: list[str]) -> str:
 
 
 def data_for(spec: str, model: str, *, n: int | None, seed: int) -> Any:
-    """The data a single model reads (``simkit capture``): ``text:`` through an ``hf:`` model's tokenizer."""
+    """The data a single model reads (``simkit capture``): ``text:`` through an ``hf:`` model's tokenizer;
+    ``seed``: the data's seed (``--data-seed``), not the model's."""
     tokenizer = text_tokenizers(spec, [model, model])[0] if model.startswith("hf:") else None
     return load_data(spec, n=n, seed=seed, tokenizer=tokenizer)

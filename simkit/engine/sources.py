@@ -277,4 +277,11 @@ def check_same_samples(manifests: Sequence[dict[str, Any]], paths: Sequence[str 
             raise SimkitError(f"caches hold different samples although both read {first['data']!r} (n = "
                               f"{first['n']}): the sample digests of {paths[0]} ({str(digests[0])[:12]}…) and {path} "
                               f"({str(digests[1])[:12]}…) differ, so the data changed between the captures or came "
-                              "in another order; capture both again from the same data")
+                              f"in another order{_data_seeds(first, manifest)}; capture both again from the same data "
+                              "with the same `data_seed` (the data's seed, apart from the model's `seed`)")
+
+
+def _data_seeds(first: dict[str, Any], other: dict[str, Any]) -> str:
+    """`` (data seeds 0 and 1)`` when both manifests record different data seeds, else nothing."""
+    seeds = first.get("data_seed"), other.get("data_seed")
+    return f" (data seeds {seeds[0]} and {seeds[1]})" if None not in seeds and seeds[0] != seeds[1] else ""

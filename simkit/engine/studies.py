@@ -11,29 +11,87 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from simkit.engine.assemble import Run, study_result
 from simkit.engine.comparison import cache_activations
 from simkit.engine.measure import Activations, measure
 from simkit.engine.sources import check_same_samples, read_manifest, select_cached_layers
+from simkit.engine.study_views import study_views
 from simkit.errors import SimkitError
 from simkit.forward import resolve_device
 from simkit.metrics.settings import CompareSettings, resolve_settings
 from simkit.results import StudyResult
 
+PAIRING_HELP = ("last, first, depth[:F] (each cache's layer at relative depth F of its cached layers, 0 = "
+                "first, 1 = last; default 0.5), one layer name for all, one name per cache (A,B,C), or "
+                "alternative names across architectures (A=B: each cache uses the one it holds)")
+
 
 def pairing_layers(manifests: Sequence[dict[str, Any]], pairing: str) -> list[str]:
-    """One cached layer per model: ``last``, ``first``, one name for all, or one name per cache."""
-    names = [part.strip() for part in pairing.split(",") if part.strip()]
-    if pairing in ("last", "first"):
-        return [m["layers"][-1 if pairing == "last" else 0]["name"] for m in manifests]
+    """One cached layer per model, chosen by ``pairing`` (see :data:`PAIRING_HELP`)."""
+    text = pairing.strip()
+    if text in ("last", "first"):
+        return [m["layers"][-1 if text == "last" else 0]["name"] for m in manifests]
+    if text == "depth" or text.startswith("depth:"):
+        fraction = relative_depth(text)
+        return [layer_at_depth(m, fraction) for m in manifests]
+    if "=" in text:
+        return [alternative_layer(m, text, index, len(manifests)) for index, m in enumerate(manifests)]
+    names = [part.strip() for part in text.split(",") if part.strip()]
     if len(names) == 1:
         names = names * len(manifests)
     if len(names) != len(manifests):
         raise SimkitError(f"`pairing` lists {len(names)} layers for {len(manifests)} caches; give one name "
-                          "for all, one per cache, or last/first")
+                          "for all, one per cache, A=B names across architectures, depth[:F], or last/first")
     return [select_cached_layers(m, name)[0] for m, name in zip(manifests, names, strict=True)]
+
+
+def relative_depth(text: str) -> float:
+    """F of ``depth[:F]`` (default 0.5), checked to lie in [0, 1]."""
+    given = text.partition(":")[2].strip() or "0.5"
+    try:
+        fraction = float(given)
+    except ValueError:
+        fraction = float("nan")
+    if not 0.0 <= fraction <= 1.0:
+        raise SimkitError(f"`pairing` {text!r} is not a relative depth; give depth:F with F from 0 (each "
+                          "cache's first layer) to 1 (its last), e.g. depth:0.5")
+    return fraction
+
+
+def depth_index(count: int, fraction: float) -> int:
+    """The index of the layer nearest relative depth ``fraction`` among ``count`` layers (layer i sits at
+    i / (count − 1); halves round up)."""
+    return min(count - 1, int(np.floor(fraction * (count - 1) + 0.5)))
+
+
+def layer_at_depth(manifest: dict[str, Any], fraction: float) -> str:
+    """The cached layer of ``manifest`` nearest relative depth ``fraction`` (in the cache's layer order)."""
+    layers = manifest["layers"]
+    return layers[depth_index(len(layers), fraction)]["name"]
+
+
+def alternative_layer(manifest: dict[str, Any], text: str, index: int, caches: int) -> str:
+    """The one name of ``A=B[=C…]`` the cache holds; when it holds several, the ``index``-th name (one
+    name per cache, in order) if there are as many names as caches."""
+    names = [part.strip() for part in text.split("=")]
+    if "," in text or not all(names):
+        raise SimkitError(f"`pairing` {text!r} mixes forms; give A=B (names of one layer across "
+                          "architectures, each cache using the one it holds) or A,B,C (one name per cache)")
+    held = {layer["name"] for layer in manifest["layers"]}
+    hits = [name for name in dict.fromkeys(names) if name in held]
+    if len(hits) == 1:
+        return hits[0]
+    if len(names) == caches and names[index] in held:
+        return names[index]
+    if not hits:
+        shown = ", ".join(layer["name"] for layer in manifest["layers"][:8])
+        raise SimkitError(f"`pairing` {text!r}: the cache of {manifest['model']} holds none of "
+                          f"{', '.join(names)}; it holds: {shown}")
+    raise SimkitError(f"`pairing` {text!r}: the cache of {manifest['model']} holds {' and '.join(hits)}; "
+                      "give one name per cache in cache order (A=B=C) or A,B,C")
 
 
 def model_labels(paths: Sequence[str | Path]) -> list[str]:
@@ -42,12 +100,22 @@ def model_labels(paths: Sequence[str | Path]) -> list[str]:
     return short if len(set(short)) == len(short) else [str(p) for p in paths]
 
 
+def check_names(names: Sequence[str], count: int) -> list[str]:
+    """``names`` as a list of ``count`` distinct non-empty labels, one per model; else a SimkitError."""
+    given = [str(name).strip() for name in ([names] if isinstance(names, str) else names)]
+    if len(given) != count or not all(given) or len(set(given)) != count:
+        raise SimkitError(f"`names` gives {len(given)} names ({', '.join(given) or 'none'}) for {count} models; "
+                          "give one distinct, non-empty name per model, in order")
+    return given
+
+
 def study(paths: Sequence[str | Path], settings: CompareSettings | None = None, *, pairing: str = "last",
-          device: str | torch.device = "cpu", progress: bool = True, **changes: Any) -> StudyResult:
+          device: str | torch.device = "cpu", progress: bool = True, names: Sequence[str] | None = None,
+          **changes: Any) -> StudyResult:
     """Compare every pair of cached models (caches written by ``simkit.engine.capture``) at one layer
     each; the metrics run on ``device``; ``settings`` and keyword ``changes`` as in ``compare``. Returns a
     StudyResult (``.matrix(metric)`` is M × M; for the directional ``ridge_r2`` row models predict column
-    models)."""
+    models). ``names``: one label per cache, for the tables and reports (default: the cache folders' names)."""
     given = settings or CompareSettings()
     chosen = resolve_settings(settings, changes)
     target = resolve_device(device)
@@ -56,7 +124,7 @@ def study(paths: Sequence[str | Path], settings: CompareSettings | None = None, 
     manifests = [read_manifest(p) for p in paths]
     check_same_samples(manifests, paths)
     layers = pairing_layers(manifests, pairing)
-    labels = model_labels(paths)
+    labels = model_labels(paths) if names is None else check_names(names, len(paths))
     started = time.perf_counter()
     stream = cache_activations(paths, [[name] for name in layers], chosen, target, int(manifests[0]["n"]),
                                progress, "study")
@@ -66,9 +134,27 @@ def study(paths: Sequence[str | Path], settings: CompareSettings | None = None, 
     run = Run(given.updated(**changes), chosen, str(target),
               {"pairing": pairing, "reduce": reductions[0] if len(set(reductions)) == 1 else reductions},
               {"models": {label: m.get("seed") for label, m in zip(labels, manifests, strict=True)}})
-    return study_result(
+    result = study_result(
         run, measured, labels=labels, layers=layers, models=[m["model"] for m in manifests],
         caches=[str(p) for p in paths], data=manifests[0]["data"], seconds=time.perf_counter() - started)
+    return with_models_and_views(result, manifests, layers)
+
+
+def with_models_and_views(result: StudyResult, manifests: Sequence[dict[str, Any]],
+                          layers: Sequence[str]) -> StudyResult:
+    """``result`` with each model's weights (``summary.weights``, in model order, and the ``models``
+    table's ``weights`` column), the relative depth of its chosen layer among its cached layers (``depth``,
+    0 = first, 1 = last) and the ``embedding`` and ``linkage`` tables (``simkit.engine.study_views``)."""
+    weights = [str(m.get("weights", "unknown (a cache written before weights were recorded)")) for m in manifests]
+    names = [[layer["name"] for layer in m["layers"]] for m in manifests]
+    models = result.tables["models"]
+    models["weights"] = weights
+    models["depth"] = [names_of.index(layer) / (len(names_of) - 1) if len(names_of) > 1 else 1.0
+                       for names_of, layer in zip(names, layers, strict=True)]
+    result.summary["weights"] = weights
+    matrices = {metric: result.matrix(metric) for metric in result.summary["metrics"]}
+    result.tables.update(study_views(matrices))
+    return result
 
 
 def _both_sides(index: int, acts: list[torch.Tensor]) -> Activations:

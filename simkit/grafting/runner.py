@@ -21,6 +21,7 @@ from typing import Any
 from torch import nn
 
 from simkit.data import Dataset, check_finite
+from simkit.engine.comparison import weights_words
 from simkit.errors import SimkitError
 from simkit.forward import check_accepts
 from simkit.grafting import experiments
@@ -115,7 +116,8 @@ def graft(model: nn.Module | None, data: Dataset | None, settings: GraftSettings
         summary["e1_note"] = e1_note
     summary.update(verdict(summary, [*e1["mismatches"], *e1["site_mismatches"]]))
     data_name = s.data or (data.spec if data is not None else MARKOV_DATA)
-    meta = run_meta(settings=s.to_dict(), settings_given=settings.to_dict(), model=name, data=data_name, seed=s.seed, loss_kind=task.loss_kind,
+    meta = run_meta(settings=s.to_dict(), settings_given=settings.to_dict(), model=name,
+                    weights={"model": weights_words(model)}, data=data_name, seed=s.seed, loss_kind=task.loss_kind,
                     timings=timer.seconds, cpu_seconds=cpu, threads=s.threads, e2_optimizer="sgd",
                     f3_optimizer="adamw")
     tables = {"e1": e1, "e2": e2, "e2_arms": e2_arms, "e3": e3, "f3": f3}

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from simkit.data import Dataset, check_finite
 from simkit.engine import compare
+from simkit.engine.comparison import weights_words
 from simkit.errors import SimkitError
 from simkit.forward import ModelSource, build_model, check_accepts, eval_mode, modes_kept, resolve_device
 from simkit.linearization.aggregate import aggregate_runs, mean_over_seeds
@@ -195,6 +196,11 @@ class _Tables:
         self.warnings: list[str] = []
 
 
+def _weights(first: nn.Module, s: LinearizeSettings, seed_models: str) -> dict[str, str]:
+    """``meta.weights``: the model's weights in words, and the training this run gave it."""
+    return {"model": weights_words(first, s.train, len(s.seed_list()) if seed_models.startswith("built") else 1)}
+
+
 def _sweep(model: ModelSource, first: nn.Module, s: LinearizeSettings, train: Dataset,
            tensors: tuple[Tensor, Tensor, Tensor, Tensor], rundir: RunDir | None, device: torch.device,
            progress: bool, started: float, *, model_name: str, data_name: str) -> LinearizeResult:
@@ -275,7 +281,8 @@ def _sweep(model: ModelSource, first: nn.Module, s: LinearizeSettings, train: Da
     meta = run_meta(model=model_name, data=data_name, granularities=granularities, omegas=omegas,
                     epochs=s.epochs, lr=s.lr, slope_lr=s.slope_lr, batch_size=s.batch_size, eps=s.eps,
                     freeze_tol=s.freeze_tol, fold=s.fold, train_epochs=s.train, seed=s.seed, seeds=seeds,
-                    seed_models=seed_models, n_train=len(x), n_test=len(x_test), device=str(device),
+                    seed_models=seed_models, weights=_weights(first, s, seed_models), n_train=len(x),
+                    n_test=len(x_test), device=str(device),
                     settings=s.to_dict(), timings=timings)
     return _result(tables, originals, seeds, int(torch.cat([y, y_test]).max()) + 1, s.cka, meta)
 

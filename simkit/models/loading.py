@@ -1,8 +1,11 @@
 """Model specs → modules, and saving models so they reload without pickle.
 
 =====================================  ==================================================================
-``torchvision:NAME[:k=v,...]``         random init seeded by ``seed`` (never downloads: ``weights=None``);
-                                       ``weights=PATH`` loads a local state dict
+``torchvision:NAME[:k=v,...]``         random init seeded by ``seed``; ``:weights=DEFAULT`` (or another
+                                       name of the model's weights enum, e.g. ``IMAGENET1K_V1``) loads
+                                       the pretrained file from the local torch hub cache
+                                       (``torch.hub.get_dir()/checkpoints/<file of the enum's url>``),
+                                       never downloading it
 ``timm:NAME[:k=v,...]``                when timm is installed, ``pretrained=False``
 ``hf:DIR``                             a local Hugging Face model directory (needs transformers), wrapped
                                        in :class:`HFModel` (forward(input_ids, attention_mask))
@@ -60,8 +63,9 @@ def load_model(spec: str, *, seed: int = 0, trust: bool = False, weights: str | 
         raise SimkitError(f"model spec {spec!r} gave a {type(model).__name__}, not a torch nn.Module")
     if weights is not None:
         load_weights(model, weights, spec)
+    pretrained = getattr(model, "simkit_weights", None) if kind == "torchvision" else None
     provenance = {"simkit_spec": spec, "simkit_seed": seed,
-                  "simkit_weights": str(weights) if weights is not None else _weights_of(kind)}
+                  "simkit_weights": str(weights) if weights is not None else pretrained or _weights_of(kind)}
     with contextlib.suppress(AttributeError, RuntimeError):  # a TorchScript module may refuse new attributes
         for name, value in provenance.items():
             object.__setattr__(model, name, value)  # plain attributes, not submodules or buffers
@@ -88,6 +92,8 @@ def local_paths(spec: str) -> list[Path]:
     if kind == "python":
         module = Path(rest.partition(":")[0].replace(".", "/") + ".py")
         return [module] if module.is_file() else []
+    if kind == "torchvision":
+        return _torchvision_paths(spec, rest)
     if kind != "file":
         return []
     path_text, _, arch = rest.partition(",arch=")
@@ -121,13 +127,71 @@ def _torchvision(*, spec, rest, seed, trust, num_classes) -> nn.Module:
     if name not in available:
         raise unknown_name_error("torchvision model", name, available)
     if kwargs.get("weights") is not None:
-        raise SimkitError(f"model spec {spec!r}: pretrained torchvision weights would be downloaded; "
-                          "download them yourself and pass the local file as `weights` instead")
+        return _torchvision_pretrained(torchvision, spec, name, kwargs)
     kwargs["weights"] = None
     try:
         return torchvision.models.get_model(name, **kwargs)
     except TypeError as exc:
         raise SimkitError(f"model spec {spec!r}: {exc}") from None
+
+
+def _torchvision_paths(spec: str, rest: str) -> list[Path]:
+    """The hub-cache file a ``torchvision:NAME:weights=CHOICE`` spec reads (none without weights)."""
+    name, kwargs = _name_and_kwargs(spec, rest, None)
+    if kwargs.get("weights") is None:
+        return []
+    try:
+        return [torchvision_hub_file(spec, name, str(kwargs["weights"]))[1]]
+    except ImportError:  # no torchvision: loading the spec says so
+        return []
+
+
+def torchvision_hub_file(spec: str, name: str, choice: str) -> tuple[Any, Path]:
+    """(the weights enum member, the file in the torch hub cache it loads from) of torchvision model
+    ``name`` with weights ``choice`` (``DEFAULT``, ``IMAGENET1K_V1``, ...; ``spec`` for messages):
+    ``torch.hub.get_dir()/checkpoints/`` plus the file name of the member's ``url``, the file
+    ``torch.hub`` itself would download there."""
+    import os
+    from urllib.parse import urlparse
+
+    import torchvision
+
+    try:
+        enum = torchvision.models.get_model_weights(name)
+    except (KeyError, ValueError):
+        raise SimkitError(f"model spec {spec!r}: torchvision has no pretrained weights for {name!r}; drop "
+                          ":weights=... for a random init") from None
+    if choice not in enum.__members__:
+        raise unknown_name_error(f"{name} weights", choice, list(enum.__members__),
+                                 "valid: " + ", ".join(enum.__members__))
+    member = enum[choice]
+    return member, Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(urlparse(member.url).path)
+
+
+def _torchvision_pretrained(torchvision: Any, spec: str, name: str, kwargs: dict[str, Any]) -> nn.Module:
+    """A torchvision model with pretrained weights read (weights only) from the local torch hub cache;
+    a file that is not there is one line naming the path to place it at and where to get it."""
+    from unittest import mock
+
+    choice = str(kwargs["weights"])
+    member, path = torchvision_hub_file(spec, name, choice)
+    if not path.is_file():
+        raise SimkitError(f"model spec {spec!r}: the {name} {choice} weights are not in the torch hub "
+                          f"cache; place the file {member.url} at {path} (simkit never downloads; TORCH_HOME "
+                          "moves the cache)")
+    state = read_state_dict(path, spec)
+    kwargs["weights"] = member
+    try:  # torchvision's own builder (it sets num_classes and the like from the weights), fed our state dict
+        with mock.patch.object(type(member), "get_state_dict", lambda self, *args, **kw: state):
+            model = torchvision.models.get_model(name, **kwargs)
+    except (TypeError, ValueError) as exc:
+        raise SimkitError(f"model spec {spec!r}: {exc}") from None
+    except RuntimeError as exc:
+        detail = " ".join(line.strip() for line in str(exc).strip().splitlines()[:3])[:300]
+        raise SimkitError(f"model spec {spec!r}: {str(path)!r} does not fit {name} ({detail}); place the file "
+                          f"{member.url} there") from None
+    object.__setattr__(model, "simkit_weights", f"pretrained (torchvision {choice}: {path.name})")
+    return model
 
 
 def _timm(*, spec, rest, seed, trust, num_classes) -> nn.Module:

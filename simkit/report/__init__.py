@@ -20,9 +20,10 @@ import jinja2
 
 from simkit.errors import SimkitError
 from simkit.io import write_text
+from simkit.plotting import figure_style
 from simkit.report import compare, convert, graft, linearize, stitch, study
-from simkit.report.figures import format_number, meta_html
-from simkit.results import HTML_VIEWS, RunResult
+from simkit.report.figures import collect_figures, format_number, meta_html
+from simkit.results import FIGURE_VIEWS, HTML_VIEWS, RunResult
 from simkit.rundir import locked
 
 # result kind → (context builder, template); every kind of simkit.results.RESULT_KINDS has a row
@@ -58,7 +59,8 @@ def render_html(result: RunResult) -> str:
     if result.kind not in REPORT_KINDS:
         raise SimkitError(f"no report for result kind {result.kind!r}; known: {', '.join(sorted(REPORT_KINDS))}")
     build, template_name = REPORT_KINDS[result.kind]
-    context = {"findings": [], "cautions": [], **build(result)}
+    with figure_style():  # the figures' colour-blind-safe palette, for this build only (never global)
+        context = {"findings": [], "cautions": [], **build(result)}
     template = environment().get_template(template_name)
     return template.render(result=result, summary=result.summary, meta=result.meta, **context)
 
@@ -79,7 +81,8 @@ def notebook_html(result: RunResult) -> str:
     """What ``result._repr_html_()`` shows in Jupyter: the report's findings and cautions, then its
     heatmaps (compare, study); the full report is ``save_run``'s."""
     build, _ = REPORT_KINDS[result.kind]
-    context = {"findings": [], "cautions": [], "heatmaps": [], **build(result)}
+    with figure_style():
+        context = {"findings": [], "cautions": [], "heatmaps": [], **build(result)}
     summary = result.summary
     title = (f"{summary.get('model_a')} vs {summary.get('model_b')} on {summary.get('data')}" if result.kind == "compare"
              else f"{len(summary.get('models', []))} models on {summary.get('data')}" if result.kind == "study"
@@ -90,6 +93,14 @@ def notebook_html(result: RunResult) -> str:
 
 
 HTML_VIEWS.update(dict.fromkeys(REPORT_KINDS, notebook_html))
+
+
+def report_figures(result: RunResult) -> dict[str, Callable[[], Any]]:
+    """The figures of ``result``'s report, ``{file name: draw}`` (``result.savefig``, ``simkit report --figures``)."""
+    return collect_figures(lambda: render_html(result))[1]
+
+
+FIGURE_VIEWS.update(dict.fromkeys(REPORT_KINDS, report_figures))
 
 
 def render_report(result: RunResult, path: str | Path) -> Path:

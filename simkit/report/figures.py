@@ -6,21 +6,30 @@
 - ``heatmap_svg``: a hand-built inline SVG heatmap (no JavaScript) with readable labels on both axes,
   a ``<title>`` tooltip on every cell, a colour bar, hatched NaN cells and optional null marks.
 
-Every string that reaches the markup goes through :func:`markupsafe.escape`.
+Every string that reaches the markup goes through :func:`markupsafe.escape`. Figures are drawn on their
+own Agg canvas in :func:`simkit.plotting.figure_style` (colour-blind-safe palette, never a global
+``rcParams`` or backend change).
+
+Figures as files: inside :func:`collect_figures`, every figure a report makes (each ``img`` and each
+``heatmap_svg``, the heatmap redrawn with matplotlib by :func:`heatmap_figure`) is also kept as a
+:class:`ReportFigure`, which :func:`simkit.plotting.write_figures` saves as ``<name>.<format>``.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from markupsafe import Markup, escape
+
+from simkit.plotting import CVD_SAFE_MAPS, agg_figure, figure_names, figure_style, png_bytes, shorten
 
 
 def format_number(value, digits: int = 4) -> str:
@@ -81,14 +90,26 @@ def meta_html(value) -> Markup:
     return Markup("<code>{}</code>").format(str(value))
 
 
-def _agg_canvas(fig) -> None:
-    """Give a figure made as a bare ``Figure(...)`` (no canvas of its own yet) the Agg canvas; a
-    figure that already has a canvas (Agg, or a user's pyplot backend) keeps it."""
-    from matplotlib.backend_bases import FigureCanvasBase
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+def plain_text(value) -> str:
+    """A ``meta`` value as one line of readable text, never a Python repr: mappings as ``key=value``
+    pairs (nested ones in parentheses), lists comma-joined, ``None`` as '—', floats to 4 significant
+    digits, booleans as yes/no."""
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={_nested_text(v)}" for k, v in value.items()) or "—"
+    if isinstance(value, list | tuple):
+        return ", ".join(plain_text(v) for v in value) if value else "none"
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return format_number(value)
 
-    if type(fig.canvas) is FigureCanvasBase:
-        FigureCanvasAgg(fig)
+
+def _nested_text(value) -> str:
+    """A value inside a mapping: a nested mapping or a list of several in parentheses."""
+    text = plain_text(value)
+    several = isinstance(value, Mapping) and len(value) > 1 or isinstance(value, list | tuple) and len(value) > 1
+    return f"({text})" if several else text
 
 
 def _close(fig) -> None:
@@ -101,33 +122,72 @@ def _close(fig) -> None:
 
 def figure_to_data_uri(fig) -> str:
     """Save a matplotlib figure as an inline PNG data URI and close it."""
-    buffer = io.BytesIO()
     try:
-        _agg_canvas(fig)
-        fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+        data = png_bytes(fig, dpi=110)
     finally:
         _close(fig)
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
 
 
 def img(fig, alt: str) -> Markup:
-    """An <img> element holding ``fig`` inline (the figure is closed)."""
+    """An <img> element holding ``fig`` inline (the figure is closed; inside :func:`collect_figures` it
+    is also kept, named after ``alt``)."""
+    keep_figure(fig, alt)
     return Markup('<img class="figure" src="{}" alt="{}">').format(figure_to_data_uri(fig), alt)
 
 
 def new_figure(width: float = 6.0, height: float = 4.0):
     """A matplotlib figure on its own Agg canvas: ``fig, ax = new_figure()``.
 
-    The figure is a plain :class:`matplotlib.figure.Figure` with a ``FigureCanvasAgg``, never a pyplot
-    figure, so making reports leaves the user's backend (e.g. Jupyter's inline one) and pyplot's
-    figures alone.
+    The figure is a plain :class:`matplotlib.figure.Figure` with a ``FigureCanvasAgg``
+    (:func:`simkit.plotting.agg_figure`), never a pyplot figure, so making reports leaves the user's
+    backend (e.g. Jupyter's inline one), ``rcParams`` and pyplot's figures alone; its axes take the
+    colour-blind-safe palette.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    fig = agg_figure(width, height)
+    with figure_style():
+        ax = fig.add_subplot(1, 1, 1)
+    return fig, ax
 
-    fig = Figure(figsize=(width, height))
-    FigureCanvasAgg(fig)
-    return fig, fig.add_subplot(1, 1, 1)
+
+# ---------------------------------------------------------------------------------------------------
+# figures as files
+
+
+@dataclass(frozen=True)
+class ReportFigure:
+    """One figure of a report: its title and a function drawing it as a matplotlib Figure."""
+
+    title: str
+    draw: Callable[[], Any]
+
+
+_KEPT: ContextVar[list[ReportFigure] | None] = ContextVar("simkit_report_figures", default=None)
+
+
+def _keep(title: str, draw: Callable[[], Any]) -> None:
+    """Keep a figure when :func:`collect_figures` is listening (otherwise nothing happens)."""
+    kept = _KEPT.get()
+    if kept is not None:
+        kept.append(ReportFigure(str(title), draw))
+
+
+def keep_figure(fig, title: str) -> None:
+    """For a report figure embedded otherwise than by :func:`img` (e.g. as inline SVG): keep ``fig``
+    under ``title`` for the figure files (:func:`collect_figures`); nothing happens outside it."""
+    _keep(title, lambda: fig)
+
+
+def collect_figures(build: Callable[[], Any]) -> tuple[Any, dict[str, Callable[[], Any]]]:
+    """``(build(), {file name: draw})``: run a report's builder and keep each figure it makes, in the
+    report's order, named by :func:`simkit.plotting.figure_names` after its title."""
+    token = _KEPT.set([])
+    try:
+        value = build()
+        kept = list(_KEPT.get() or [])
+    finally:
+        _KEPT.reset(token)
+    return value, dict(zip(figure_names([f.title for f in kept]), (f.draw for f in kept), strict=True))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -166,7 +226,7 @@ def line_plot(
     if categorical:  # at most ~40 labelled ticks, so long layer lists stay legible and quick to draw
         every = max(1, math.ceil(len(x) / 40))
         ax.set_xticks(positions[::every])
-        ax.set_xticklabels([shorten(str(v), 24) for v in x[::every]], rotation=60, ha="right", fontsize=7)
+        ax.set_xticklabels([shorten(str(v), 24) for v in x[::every]], rotation=60, ha="right", fontsize=9)
     if logy:
         ax.set_yscale("log")
     ax.set_title(title, fontsize=10)
@@ -174,7 +234,7 @@ def line_plot(
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     if len(series) > 1 or bands:
-        ax.legend(fontsize=7, frameon=False, loc="best")
+        ax.legend(fontsize=9, frameon=False, loc="best")
     return img(fig, title)
 
 
@@ -196,12 +256,12 @@ def bar_plot(
                width=step, label=name)
     ax.set_xticks(positions)
     ax.set_xticklabels([shorten(str(v), 24) for v in labels], rotation=60 if len(labels) > 6 else 0,
-                       ha="right" if len(labels) > 6 else "center", fontsize=7)
+                       ha="right" if len(labels) > 6 else "center", fontsize=9)
     ax.set_title(title, fontsize=10)
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
     if len(series) > 1:  # outside the axes, so it never hides a bar
-        ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        ax.legend(fontsize=9, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return img(fig, title)
 
 
@@ -235,15 +295,6 @@ _FONT_PX = 11
 _CHAR_PX = 6.6          # generous average glyph width of an 11 px sans-serif font
 _MAX_LABEL_CHARS = 28
 _COS45 = math.sqrt(0.5)
-
-
-def shorten(text: str, max_chars: int = _MAX_LABEL_CHARS) -> str:
-    """``text`` cut in the middle with '…' to at most ``max_chars`` characters (the tail says more)."""
-    if len(text) <= max_chars:
-        return text
-    head = max_chars // 3
-    tail = max_chars - head - 1
-    return text[:head] + "…" + text[-tail:]
 
 
 def _colours(values: np.ndarray, vmin: float, vmax: float, cmap: str) -> np.ndarray:
@@ -549,6 +600,9 @@ def heatmap_svg(
 
     frame: (R, C) DataFrame of numbers; NaN cells are drawn hatched grey.
     vmin, vmax: colour range (default: the finite data's min and max).
+    cmap: a colour-blind-safe map (:data:`simkit.plotting.CVD_SAFE_MAPS`: viridis, cividis, magma,
+        inferno, plasma, or a ColorBrewer diverging map such as RdBu, or their ``_r``); a ValueError for
+        any other.
     null: optional (R, C) DataFrame (same index/columns, reindexed if needed) of null thresholds, e.g.
         a permutation null's 95th percentile; cells whose value is not above it get a dot.
     chance: optional :class:`ChanceMarks` instead of ``null``: cells that do not beat their chance level
@@ -557,7 +611,77 @@ def heatmap_svg(
     Labels longer than ``max_label_chars`` are shortened in the middle; the full name is in a
     ``<title>``. Each cell's tooltip reads "row × column: value". Returns markup safe to embed.
     """
+    if cmap not in CVD_SAFE_MAPS:
+        raise ValueError(f"heatmap colour map {cmap!r} is not colour-blind safe; use one of {sorted(CVD_SAFE_MAPS)}")
     hm = _heatmap_data(frame, title, vmin, vmax, cmap, fmt, null, xlabel, ylabel, max_label_chars, chance)
+    _keep(title, lambda: heatmap_figure(hm))
     lay = _heatmap_layout(hm)
     out = _svg_head(hm, lay) + _cells(hm, lay) + _axis_labels(hm, lay) + _colour_bar(hm, lay)
     return Markup(f'<div class="heatmap">{"".join(out)}{_legend(hm)}</div>')
+
+
+# ---------------------------------------------------------------------------------------------------
+# the heatmap as a matplotlib figure (for figure files)
+
+_FILE_CELL_IN = 0.42     # a heatmap file's cell edge at most, inches
+_FILE_GRID_IN = (9.0, 8.0)   # the grid's largest width and height, inches
+_LABEL_PITCH_PT = 11.0   # labels closer than this are thinned (every k-th), so 9 pt text never overlaps
+
+
+def _label_ticks(count: int, cell_in: float) -> np.ndarray:
+    """Positions of the labelled rows (or columns): every one, or every k-th when cells are too small."""
+    every = max(1, math.ceil(_LABEL_PITCH_PT / (cell_in * 72.0)))
+    return np.arange(0, count, every)
+
+
+def _file_marks(ax, hm: _HeatmapData, rgba: np.ndarray) -> None:
+    """Hatched grey NaN cells, dots on the cells that fail their null or chance level (as the SVG), and
+    the values on grids of at most 12 × 12."""
+    from matplotlib.patches import Rectangle
+
+    values = hm.values
+    finite = np.isfinite(values)
+    for i, j in zip(*np.nonzero(~finite), strict=True):
+        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="#d9d9d9", edgecolor="#8c8c8c", hatch="///", lw=0))
+    if hm.chance is not None:
+        failed = finite & np.isfinite(hm.chance.chance) & ~hm.chance.beats.astype(bool)
+    elif hm.thresholds is not None:
+        failed = finite & (values <= hm.thresholds)
+    else:
+        failed = np.zeros_like(finite)
+    annotate = max(values.shape) <= 12
+    for i, j in zip(*np.nonzero(finite), strict=True):
+        ink = _ink(rgba[i, j])
+        if failed[i, j]:
+            ax.plot(j + (0.33 if annotate else 0.0), i - (0.33 if annotate else 0.0), "o", ms=3, color=ink, alpha=0.75)
+        if annotate:
+            ax.text(j, i, format(values[i, j], hm.fmt), ha="center", va="center", fontsize=9, color=ink)
+
+
+def heatmap_figure(hm: _HeatmapData):
+    """``heatmap_svg``'s heatmap drawn with matplotlib for files: the same colour map and range, labels
+    shortened, NaN hatched and null or chance failures dotted; a colour bar and the axis titles."""
+    n_rows, n_cols = hm.values.shape
+    cell = min(_FILE_CELL_IN, _FILE_GRID_IN[0] / max(n_cols, 1), _FILE_GRID_IN[1] / max(n_rows, 1))
+    fig = agg_figure(1.8 + cell * n_cols, 1.2 + cell * n_rows)
+    with figure_style():
+        ax = fig.add_subplot(1, 1, 1)
+        from matplotlib import colormaps
+
+        cmap = colormaps[hm.cmap]
+        image = ax.imshow(np.ma.masked_invalid(hm.values), cmap=cmap, vmin=hm.lo, vmax=hm.hi, aspect="equal",
+                          interpolation="nearest")
+        rgba = np.asarray(cmap(image.norm(np.nan_to_num(hm.values, nan=hm.lo))))
+        _file_marks(ax, hm, rgba)
+        rows, cols = _label_ticks(n_rows, cell), _label_ticks(n_cols, cell)
+        ax.set_yticks(rows, [hm.short_rows[i] for i in rows], fontsize=9)
+        ax.set_xticks(cols, [hm.short_cols[j] for j in cols], fontsize=9, rotation=45, ha="right",
+                      rotation_mode="anchor")
+        ax.set_xlabel(hm.xlabel)
+        ax.set_ylabel(hm.ylabel)
+        ax.set_title(hm.title, fontsize=11)
+        bar = fig.colorbar(image, ax=ax, fraction=0.05, pad=0.03)
+        ticks, labels = nice_ticks(hm.lo, hm.hi)
+        bar.set_ticks(ticks, labels=labels)
+        bar.ax.tick_params(labelsize=9)
+    return fig

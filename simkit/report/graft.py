@@ -11,7 +11,7 @@ from simkit.report.figures import format_number, img, new_figure
 
 PAPER_E2_STEPS = 600  # the paper's E2 arms run 600 SGD steps (spec §4)
 
-ARM_COLORS = {"shadow": "#1f77b4", "net2net": "#2ca02c", "double_zero": "#d62728"}
+ARM_COLORS = {"shadow": "#0072B2", "net2net": "#E69F00", "double_zero": "#D55E00"}  # Okabe–Ito: colour-blind safe
 
 
 def _e2_figure(e2, column: str, ylabel: str, title: str, log: bool = False):

@@ -20,7 +20,7 @@ import pandas as pd
 from simkit.report.figures import format_number, heatmap_svg, img, line_plot, new_figure
 from simkit.stats import Interval, beyond_noise, binomial_se, paired_difference, verdict
 
-_COLOURS = {"channel": "#1f77b4", "layer": "#d62728"}
+_COLOURS = {"channel": "#0072B2", "layer": "#D55E00"}  # Okabe–Ito blue and vermillion: colour-blind safe
 NEAR_CHANCE = 0.1   # an original within this much of chance accuracy is flagged
 KEPT = 0.01         # "keeps the original's accuracy": within 0.01 of it (accuracies are fractions)
 

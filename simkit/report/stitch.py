@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simkit.report.figures import heatmap_svg, img, line_plot, new_figure
+from simkit.plotting import PALETTE
+from simkit.report.figures import heatmap_svg, img, line_plot, new_figure, plain_text
 from simkit.stats import Interval, binomial_se
 
 
@@ -119,7 +120,7 @@ def arms_figure(agg: pd.DataFrame):
     axes = fig.subplots(nrows, ncols, squeeze=False)
     fig.subplots_adjust(hspace=0.55)
     width = 0.8 / max(len(series), 1)
-    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+    colors = PALETTE  # colour-blind safe
     for k, objective in enumerate(objectives):
         ax = axes[k // ncols][k % ncols]
         part = agg[agg.objective == objective]
@@ -136,7 +137,7 @@ def arms_figure(agg: pd.DataFrame):
     for k in range(len(objectives), nrows * ncols):
         axes[k // ncols][k % ncols].axis("off")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(labels), 4),
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.06), ncol=min(len(labels), 4),
                fontsize=7, frameon=False)
     fig.suptitle("Standard vs invariance-aware stitching penalty per layer and objective, in points "
                  "(B's accuracy − stitched accuracy; error bars: one standard deviation over seeds)", fontsize=9)
@@ -401,9 +402,11 @@ def context(result) -> dict[str, Any]:
                      ("stitch training", meta.get("train")),
                      ("stitch budget", validation if validation else "all steps (no validation split)"),
                      ("IRI generation", iri_meta or "not run"),
-                     ("input value range", f"{meta.get('value_range')} ({meta.get('value_range_source')})"),
+                     ("input value range", f"{' to '.join(map(plain_text, meta.get('value_range') or []))} "
+                                           f"({meta.get('value_range_source')})"),
                      ("how B was cut", meta.get("cut")), ("seeds", seeds),
                      ("models per seed", meta.get("seed_models", "the given models"))]
+    settings_rows = [(label, plain_text(value)) for label, value in settings_rows]  # key=value, never a repr
     summary = result.summary
     iris = result.tables.get("iris")
     mean_rows, intervals = _mean_rows(result, agg) if len(table) else ([], False)

@@ -72,6 +72,7 @@ class RunFacts:
     b_acc: float
     seeds: list[int] = field(default_factory=lambda: [0])
     seed_models: str = "the given models"
+    weights: dict[str, str] = field(default_factory=dict)
 
 
 def histogram(errors: Tensor, bins: int = 30) -> dict[str, list[float]]:
@@ -213,7 +214,7 @@ def _meta(prep: Prepared, facts: RunFacts, out: ArmRows, timer: Timer) -> dict[s
     settings = prep.settings
     return run_meta(
         model_a=prep.names[0], model_b=prep.names[1], data=prep.data.spec, n=settings.n, seed=settings.seed,
-        seeds=facts.seeds, seed_models=facts.seed_models,
+        seeds=facts.seeds, seed_models=facts.seed_models, weights=facts.weights,
         n_train=len(prep.train), n_test=len(prep.test), n_val=0 if prep.x_val is None else len(prep.x_val),
         validation=None if prep.x_val is None else {"every": settings.val_every, "fraction": settings.val_fraction,
                                                    "score": "accuracy" if prep.y_val is not None else "-loss"},

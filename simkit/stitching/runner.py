@@ -28,7 +28,9 @@ import torch
 from torch import Tensor, nn
 
 from simkit.data import Dataset
+from simkit.engine.comparison import weights_words
 from simkit.forward import ModelSource, build_model, check_accepts, modes_kept
+from simkit.progress import overall_progress, phase
 from simkit.provenance import Timer
 from simkit.results import StitchResult
 from simkit.rundir import RunDir, open_run_dir
@@ -190,7 +192,9 @@ def _models(model_a: nn.Module, model_b: nn.Module, plan: list[_Cut], prep: Prep
     if prep.settings.train <= 0:
         return model_a, model_b, plan
     with timer("train_models"):
+        phase(f"training A{_of_seeds(run, prep.settings)}")
         model_a = _trained(model_a, prep.train, prep.settings, run, "a", setup.checkpoints, options, prep.dev)
+        phase(f"training B{_of_seeds(run, prep.settings)}")
         model_b = _trained(model_b, prep.train, prep.settings, run, "b", setup.checkpoints, options, prep.dev)
     return model_a, model_b, _cut(model_a, model_b, prep.pairs, setup.probe, prep.tokens, prep.dev)
 
@@ -275,6 +279,20 @@ def _seed_text(run: _SeedRun) -> str:
     return f" seed={run.seed}" if run.suffix else ""
 
 
+def _of_seeds(run: _SeedRun, settings: StitchSettings) -> str:
+    """`` · seed 2 of 3`` for the overall bar when several seeds run, else nothing."""
+    seeds = settings.seed_list()
+    return f" · seed {seeds.index(run.seed) + 1} of {len(seeds)}" if len(seeds) > 1 else ""
+
+
+def _phase_count(settings: StitchSettings, pairs: Sequence[tuple[str, str]], objectives: Sequence[str]) -> int:
+    """The overall bar's phases: per seed, training A and B (``train`` > 0), the IRIs of each layer of A
+    (``iri``) and every pair × arm × objective (as :func:`_models` and :func:`_arms` name them)."""
+    arms = 2 if settings.iri else 1
+    per_seed = (2 if settings.train > 0 else 0) + (len({la for la, _ in pairs}) if settings.iri else 0)
+    return len(settings.seed_list()) * (per_seed + len(pairs) * arms * len(objectives))
+
+
 def _init_state(ctx: _ArmContext, cut: _Cut, inputs: Tensor, timer: Timer) -> tuple[dict[str, Tensor], float]:
     """(initial stitch state, DM residual): least squares on ``inputs`` (timed as ``lstsq``) or the
     layer's own init (residual NaN)."""
@@ -348,14 +366,19 @@ def _train_objective(ctx: _ArmContext, cut: _Cut, arm: str, objective: str, inpu
 
 
 def _arms(ctx: _ArmContext, plan: list[_Cut], out: ArmRows, timer: Timer) -> None:
-    """Every pair × arm × objective of one seed, in that order (the order of every random draw)."""
-    for cut in plan:
+    """Every pair × arm × objective of one seed, in that order (the order of every random draw); each
+    a phase of the overall bar, as are the IRIs of each layer of A."""
+    seeds, objectives = _of_seeds(ctx.run, ctx.prep.settings), ctx.prep.objectives
+    for k, cut in enumerate(plan, 1):
         out.cut_modes[f"{cut.la}->{cut.lb}"] = (cut.back.mode if cut.back.mode == "cut"
                                                  else f"replace ({cut.back.reason})")
         for arm in out.arms:
+            if arm == "iri" and (ctx.run.seed, cut.la) not in out.iri_sets:
+                phase(f"IRIs of A.{cut.la}{seeds}")
             inputs = _iri_inputs(ctx, cut, out, timer) if arm == "iri" else ctx.prep.x_train
             init = _init_state(ctx, cut, inputs, timer)
-            for objective in ctx.prep.objectives:
+            for j, objective in enumerate(objectives, 1):
+                phase(f"objective {j} of {len(objectives)} ({objective}) · {arm} arm · pair {k} of {len(plan)}{seeds}")
                 _train_objective(ctx, cut, arm, objective, inputs, init, out, timer)
 
 
@@ -404,26 +427,29 @@ def stitch(model_a: ModelSource, model_b: ModelSource, data: Dataset, settings: 
     data_key = f"{data.spec}|n={len(prep.train)}|{tensor_digest(prep.x_train)}"
     out = ArmRows(arms=["standard"] + (["iri"] if settings.iri else []))
     trained: list[tuple[nn.Module, nn.Module]] = []
-    for i, seed in enumerate(seeds):
-        run = _SeedRun(seed, f"_s{seed}" if len(seeds) > 1 else "")
-        net_a, net_b = (first_a, first_b) if i == 0 else (build_model(model_a, seed, "model_a"),
-                                                           build_model(model_b, seed, "model_b"))
-        plan = setup.plan if i == 0 else _cut(net_a, net_b, prep.pairs, setup.probe, prep.tokens, prep.dev)
-        net_a, net_b, plan = _models(net_a, net_b, plan, prep, setup, options, run, timer)
-        with timer("evaluate"):
-            a_acc = _accuracy(frozen_copy(net_a).to(prep.dev), prep.x_test, prep.y_test)
-            b_acc = _accuracy(plan[0].back.model, prep.x_test, prep.y_test)
-        out.accuracies.append({"seed": seed, "a_accuracy": a_acc, "b_accuracy": b_acc})
-        ctx = _ArmContext(prep=prep, options=options, checkpoints=setup.checkpoints, run=run, a_acc=a_acc,
-                          b_acc=b_acc, iri_settings=settings.iri_settings(), value_range=setup.value_range,
-                          data_key=data_key, fp_a=weights_digest(net_a) if settings.iri else "")
-        _arms(ctx, plan, out, timer)
-        trained.append((net_a, net_b))
+    built = len(seeds) if _seed_models(model_a, model_b, settings).startswith("built") else 1
+    weights = {side: weights_words(net, settings.train, built) for side, net in (("A", first_a), ("B", first_b))}
+    with overall_progress(_phase_count(settings, prep.pairs, prep.objectives), enabled=progress):
+        for i, seed in enumerate(seeds):
+            run = _SeedRun(seed, f"_s{seed}" if len(seeds) > 1 else "")
+            net_a, net_b = (first_a, first_b) if i == 0 else (build_model(model_a, seed, "model_a"),
+                                                               build_model(model_b, seed, "model_b"))
+            plan = setup.plan if i == 0 else _cut(net_a, net_b, prep.pairs, setup.probe, prep.tokens, prep.dev)
+            net_a, net_b, plan = _models(net_a, net_b, plan, prep, setup, options, run, timer)
+            with timer("evaluate"):
+                a_acc = _accuracy(frozen_copy(net_a).to(prep.dev), prep.x_test, prep.y_test)
+                b_acc = _accuracy(plan[0].back.model, prep.x_test, prep.y_test)
+            out.accuracies.append({"seed": seed, "a_accuracy": a_acc, "b_accuracy": b_acc})
+            ctx = _ArmContext(prep=prep, options=options, checkpoints=setup.checkpoints, run=run, a_acc=a_acc,
+                              b_acc=b_acc, iri_settings=settings.iri_settings(), value_range=setup.value_range,
+                              data_key=data_key, fp_a=weights_digest(net_a) if settings.iri else "")
+            _arms(ctx, plan, out, timer)
+            trained.append((net_a, net_b))
     facts = RunFacts(model_a=trained[0][0], model_b=trained[0][1], value_range=setup.value_range,
                      range_source=setup.range_source, cache_dir=cache_dir,
                      a_acc=float(np.mean([r["a_accuracy"] for r in out.accuracies])),
                      b_acc=float(np.mean([r["b_accuracy"] for r in out.accuracies])),
-                     seeds=seeds, seed_models=_seed_models(model_a, model_b, settings))
+                     seeds=seeds, seed_models=_seed_models(model_a, model_b, settings), weights=weights)
     return assemble(prep, facts, out, timer)
 
 

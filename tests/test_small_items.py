@@ -1,0 +1,172 @@
+"""Issue #26's small items: model names, `--n` beyond the data, `npy:` of a text file, the usage line and
+defaults in help."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import simkit.cli.main  # noqa: F401  (registers the commands)
+from simkit.cli.common import app
+from simkit.data import load_data
+from simkit.errors import SimkitError
+
+MLP_A = "simkit:mlp:in_features=12,hidden=8,depth=2"
+MLP_B = "simkit:mlp:in_features=12,hidden=6,depth=2"
+DATA = ["--data", "synthetic:12", "--n", "32", "--batch-size", "16", "--metric", "linear_cka"]
+COMMANDS = ["compare", "capture", "layers", "report", "convert", "stitch", "linearize", "graft", "napl"]
+runner = CliRunner()
+
+
+def invoke(*args: str, columns: int = 200):
+    return runner.invoke(app, list(args), env={"COLUMNS": str(columns)})
+
+
+# --------------------------------------------------------------------------------------------- names
+
+def test_name_a_and_name_b_replace_the_specs_in_summary_and_report(tmp_path):
+    out = tmp_path / "run"
+    result = invoke("compare", MLP_A, MLP_B, *DATA, "--name-a", "wide", "--name-b", "narrow", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    saved = json.loads((out / "result.json").read_text())
+    assert saved["summary"]["model_a"] == "wide" and saved["summary"]["model_b"] == "narrow"
+    assert saved["meta"]["specs"] == {"model_a": MLP_A, "model_b": MLP_B}  # the specs stay on record
+    html = (out / "report.html").read_text()
+    assert "wide" in html and "narrow" in html
+
+
+def test_one_name_keeps_the_other_spec(tmp_path):
+    out = tmp_path / "run"
+    result = invoke("compare", MLP_A, MLP_B, *DATA, "--name-b", "narrow", "--out", str(out), "--no-report")
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "result.json").read_text())["summary"]
+    assert summary["model_a"] == MLP_A and summary["model_b"] == "narrow"
+
+
+@pytest.fixture(scope="module")
+def caches(tmp_path_factory):
+    root = tmp_path_factory.mktemp("caches")
+    paths = []
+    for seed in range(3):
+        path = root / f"cache{seed}"
+        done = invoke("capture", MLP_A, "--data", "synthetic:12", "--n", "32", "--seed", str(seed), "--out", str(path))
+        assert done.exit_code == 0, done.output
+        paths.append(str(path))
+    return paths
+
+
+def test_two_caches_take_names_and_a_study_takes_a_names_list(caches, tmp_path):
+    pair = tmp_path / "pair"
+    result = invoke("compare", *caches[:2], "--metric", "linear_cka", "--name-a", "s0", "--out", str(pair),
+                    "--no-report")
+    assert result.exit_code == 0, result.output
+    saved = json.loads((pair / "result.json").read_text())
+    assert saved["summary"]["model_a"] == "s0" and saved["summary"]["model_b"] == MLP_A
+    study = tmp_path / "study"
+    result = invoke("compare", *caches, "--metric", "linear_cka", "--names", "r0,r1", "--names", "r2",
+                    "--out", str(study), "--no-report")
+    assert result.exit_code == 0, result.output
+    saved = json.loads((study / "result.json").read_text())
+    assert saved["summary"]["models"] == ["r0", "r1", "r2"]
+    models = (study / "models.csv").read_text().splitlines()
+    assert [line.split(",")[0] for line in models[1:]] == ["r0", "r1", "r2"]  # the specs stay beside them
+    assert all(MLP_A in line for line in models[1:])
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--names", "a,b"], "`names` gives 2 names (a, b) for 3 models"),
+    (["--names", "a,a,b"], "give one distinct, non-empty name per model"),
+    (["--name-a", "x"], "name the caches of a study with --names"),
+])
+def test_bad_study_names_are_one_line(caches, tmp_path, args, words):
+    out = tmp_path / "run"
+    result = invoke("compare", *caches, *args, "--out", str(out))
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert words.replace("`names`", "--names") in result.output and not out.exists()
+
+
+def test_names_on_a_pair_is_one_line(tmp_path):
+    result = invoke("compare", MLP_A, MLP_B, *DATA, "--names", "a,b", "--out", str(tmp_path / "run"))
+    assert result.exit_code == 2 and "name the two models of a comparison with --name-a and --name-b" in result.output
+
+
+# ------------------------------------------------------------------------------------------- data
+
+def test_n_beyond_digits_warns_once_with_the_count():
+    with pytest.warns(UserWarning, match=r"data 'digits' holds 1437 samples \(its training split; its test split "
+                                         r"holds 360 more\), fewer than `n` 100000; using all 1437"):
+        data = load_data("digits", n=100000)
+    assert len(data) == 1437
+
+
+def test_n_beyond_the_data_is_one_warning_line_on_the_terminal(tmp_path):
+    out = tmp_path / "cache"
+    result = invoke("capture", "simkit:mlp:in_features=64,hidden=8,depth=2", "--data", "digits", "--n", "100000",
+                    "--out", str(out))
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if "fewer than" in line]
+    assert lines == ["warning: data 'digits' holds 1437 samples (its training split; its test split holds 360 "
+                     "more), fewer than --n 100000; using all 1437"]
+    assert json.loads((out / "manifest.json").read_text())["n"] == 1437
+
+
+def test_n_within_the_data_does_not_warn(recwarn):
+    assert len(load_data("digits", n=100)) == 100
+    assert not [w for w in recwarn if "fewer than" in str(w.message)]
+
+
+def test_npy_of_a_text_file_is_our_own_line(tmp_path):
+    path = tmp_path / "table.npy"
+    path.write_text("1 2 3\n4 5 6\n")
+    with pytest.raises(SimkitError) as caught:
+        load_data(f"npy:{path}")
+    message = str(caught.value)
+    assert "allow_pickle" not in message and "\n" not in message
+    assert "is not a .npy file (no NumPy header); save the array with np.save" in message
+
+
+def test_npy_of_an_object_array_is_our_own_line(tmp_path):
+    path = tmp_path / "objects.npy"
+    np.save(path, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    with pytest.raises(SimkitError, match=r"holds Python objects \(an object array\), which simkit does not "
+                                          r"unpickle") as caught:
+        load_data(f"npy:{path}")
+    assert "allow_pickle" not in str(caught.value)
+
+
+def test_npy_labels_of_a_text_file_too(tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros((3, 2), dtype=np.float32))
+    (tmp_path / "y.npy").write_text("0\n1\n2\n")
+    with pytest.raises(SimkitError, match="is not a .npy file"):
+        load_data(f"npy:{tmp_path / 'x.npy'},labels={tmp_path / 'y.npy'}")
+
+
+# ------------------------------------------------------------------------------------------- help
+
+@pytest.mark.parametrize("command,usage", [
+    ("compare", "simkit compare [OPTIONS] MODELS..."), ("stitch", "simkit stitch [OPTIONS] MODEL_A MODEL_B"),
+    ("graft", "simkit graft [OPTIONS] [MODEL]"), ("capture", "simkit capture [OPTIONS] MODEL"),
+])
+def test_usage_line_names_arguments_as_typed(command, usage):
+    result = invoke(command, "--help")
+    assert result.exit_code == 0 and f"Usage: {usage}" in result.output
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_shows_no_braces_and_no_tuple_defaults(command):
+    result = invoke(command, "--help")
+    usage = next(line for line in result.output.splitlines() if "Usage:" in line)
+    assert "{" not in usage
+    assert not re.search(r"\[default: \(", " ".join(result.output.replace("│", " ").split()))
+
+
+def test_list_defaults_print_as_the_user_types_them():
+    compare_help = " ".join(invoke("compare", "--help").output.replace("│", " ").split())
+    assert "[default: unbiased_cka,linear_cka]" in compare_help and "[default: 10 or 0]" in compare_help
+    linearize_help = " ".join(invoke("linearize", "--help").output.replace("│", " ").split())
+    assert "[default: channel,layer]" in linearize_help and "[default: 1e-4,1e-3,1e-2,1e-1]" in linearize_help
+    assert "--data-seed" in compare_help and "--name-a" in compare_help and "--names" in compare_help

@@ -93,8 +93,8 @@ def rdm_upper(x: Tensor, distance: str) -> Tensor | None:
 
 def average_ranks(v: Tensor) -> Tensor:
     """1-based ranks of ``v (m,)`` with ties given their average rank (scipy's ``rankdata``), float64."""
-    order = v.argsort(stable=True)
-    _, inverse, counts = torch.unique_consecutive(v[order], return_inverse=True, return_counts=True)
+    ordered, order = v.sort()  # any order within ties: they share their average rank
+    _, inverse, counts = torch.unique_consecutive(ordered, return_inverse=True, return_counts=True)
     ends = counts.cumsum(0).double()
     mean_rank = ends - (counts.double() - 1) / 2
     out = torch.empty(len(v), dtype=torch.float64, device=v.device)

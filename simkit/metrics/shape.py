@@ -66,6 +66,8 @@ SHAPE_MEASURES = COVARIANCE_MEASURES  # the catalogue's measures computed from c
 #: the measures that whiten (degenerate when a side's rank reaches n − 1, or both sides' ranks together
 #: exceed it, without a ridge)
 WHITENING = ("cca", "svcca", "pwcca", "shape_metric")
+#: the measures that need no eigenbasis (orthogonally invariant in each side's features)
+PROCRUSTES = ("procrustes", "procrustes_angle")
 
 
 @dataclass
@@ -99,19 +101,27 @@ def _rank(lam: Tensor, width: int) -> int:
     return int(rank_mask(lam, width).sum())
 
 
-def spectrum_from_cov(c: Tensor, loadings: bool = False) -> Spectrum:
+def spectrum_from_cov(c: Tensor, loadings: bool = False, vectors: bool = True) -> Spectrum:
     """:class:`Spectrum` (feature form) of a centred covariance ``c = X̃ᵀX̃ (p, p)`` float64 (the rank by the
-    one rule, :func:`~simkit.metrics._checks.rank_rtol` of ``p``)."""
+    one rule, :func:`~simkit.metrics._checks.rank_rtol` of ``p``). ``vectors=False``: the eigenvalues only
+    (``basis`` empty), all that Procrustes needs (its ``‖T0‖_*`` is that of ``X̃ᵀỸ``, the bases being orthogonal)."""
+    if not vectors:
+        lam = torch.linalg.eigvalsh(c).flip(0).clamp_min(0.0)
+        return Spectrum(lam, c.new_empty(0), None, _rank(lam, c.shape[0]), c.shape[0])
     lam, vec = _sorted_eigh(c)
     return Spectrum(lam, vec, vec * lam if loadings else None, _rank(lam, c.shape[0]), c.shape[0])
 
 
-def spectrum_from_samples(xc: Tensor, loadings: bool = False) -> Spectrum:
+def spectrum_from_samples(xc: Tensor, loadings: bool = False, vectors: bool = True) -> Spectrum:
     """:class:`Spectrum` (sample form, ``basis = E = X̃V (n, r)``) of centred float64 samples ``xc (n, p)``.
 
     Through the ``p × p`` covariance when ``p ≤ n``, else the ``n × n`` Gram ``X̃X̃ᵀ = U diag(λ) Uᵀ``
-    (``E = U diag(√λ)``). The rank rule is that of the ``p`` features either way."""
+    (``E = U diag(√λ)``). The rank rule is that of the ``p`` features either way. ``vectors=False``: the
+    eigenvalues only and ``basis = X̃`` itself (Procrustes: ``‖X̃ᵀỸ‖_* = ‖EₓᵀE_y‖_*``)."""
     n, p = xc.shape
+    if not vectors:
+        lam = torch.linalg.eigvalsh(xc.T @ xc if p <= n else xc @ xc.T).flip(0).clamp_min(0.0)
+        return Spectrum(lam, xc, None, _rank(lam, p), p)
     if p <= n:
         cov = spectrum_from_cov(xc.T @ xc, loadings)
         return Spectrum(cov.lam, xc @ cov.basis, cov.loadings, cov.rank, p)
@@ -196,10 +206,10 @@ def pair_values(sx: Spectrum, sy: Spectrum, t0: Tensor, measures: Sequence[str],
         rx, ry = sx.rank, sy.rank
         wx, wy = _inv_sqrt(sx, rx, eps), _inv_sqrt(sy, ry, eps)
         t = wx[:, None] * t0[:rx, :ry] * wy[None, :]
-        u, rho, vh = torch.linalg.svd(t, full_matrices=False)
         m = min(rx, ry)
-        out["cca"] = float((rho[:m] ** 2).sum()) / m
+        out["cca"] = float((t * t).sum()) / m  # Σ ρ² = ‖t‖_F²: no SVD unless pwcca needs its directions
         if "pwcca" in measures:
+            u, rho, vh = torch.linalg.svd(t, full_matrices=False)
             narrow_x = sx.width <= sy.width
             side, w, dirs = (sx, wx, u[:, :m]) if narrow_x else (sy, wy, vh[:m].T)
             a = w[:, None] * dirs                         # canonical weights in the eigenbasis (r, m)

@@ -66,7 +66,9 @@ rule in :mod:`simkit.metrics._checks` (:func:`~simkit.metrics._checks.constant_c
 * ``ridge_r2`` (both modes, exact) — path ``"folds"``: per-fold moments streamed (sample ``g`` in fold
   ``g mod ridge_folds``, ``g`` its global position, from ``row_offset``), about ``8·k·(P·Q + Σp_i²)`` bytes
   (:func:`~simkit.metrics.streaming.folds.fold_path_bytes`); beyond the budget or with a null, path
-  ``"stored-folds"`` (the same moments from stored samples, one A layer at a time). Directional: A's
+  ``"stored-folds"`` (the same estimator on stored samples, one A layer at a time: its fold factorisations
+  made once for the value and every permutation of a null; a wide layer in sample space,
+  :class:`~simkit.metrics.predictivity.SampleFolds`). Directional: A's
   layers (rows) predict B's (columns).
 * ``rsa`` (both modes) — path ``"stored-rdm"``: one RDM upper triangle per layer from the stored
   samples, in row blocks; ``n`` is limited to what ``memory_budget_bytes`` allows

@@ -24,7 +24,7 @@ from simkit.errors import SimkitError
 from simkit.metrics._checks import constant_columns
 from simkit.metrics.cka import cka_ratio, hsic1_from_terms
 from simkit.metrics.settings import MeasureSettings
-from simkit.metrics.shape import SHAPE_MEASURES, Spectrum, spectrum_from_cov
+from simkit.metrics.shape import PROCRUSTES, SHAPE_MEASURES, Spectrum, spectrum_from_cov
 from simkit.metrics.streaming.common import Names, Sums, Values, mask_constant, segments, segsum
 from simkit.metrics.streaming.shapes import shape_notes, shape_settings, shape_values
 
@@ -315,16 +315,18 @@ class FeaturePart:
         return (self._constant(s["self_x"], s["sx"], shift_x, self.dims_a, n),
                 self._constant(s["self_y"], s["sy"], shift_y, self.dims_b, n))
 
-    def _spectra(self, blocks: Tensor, mu: Tensor, dims: list[int], n: float, loadings: bool) -> list[Spectrum]:
-        """Each layer's centred covariance ``Σ (x − μ)(x − μ)ᵀ`` from its self block, decomposed once; the rank by
-        the one rule of float64 sums (:func:`~simkit.metrics._checks.rank_rtol`, each layer its own width)."""
+    def _spectra(self, blocks: Tensor, mu: Tensor, dims: list[int], n: float, loadings: bool,
+                 vectors: bool = True) -> list[Spectrum]:
+        """Each layer's centred covariance ``Σ (x − μ)(x − μ)ᵀ`` from its self block, decomposed once (with its
+        eigenvectors unless ``vectors`` is False); the rank by the one rule of float64 sums
+        (:func:`~simkit.metrics._checks.rank_rtol`, each layer its own width)."""
         out = []
         start = off = 0
         for d in dims:
             block = blocks[off:off + d * d].view(d, d)
             u = mu[start:start + d]
             c = block - n * torch.outer(u, u)
-            out.append(spectrum_from_cov((c + c.T) / 2, loadings))
+            out.append(spectrum_from_cov((c + c.T) / 2, loadings, vectors))
             start, off = start + d, off + d * d
         return out
 
@@ -333,13 +335,16 @@ class FeaturePart:
         mux, muy = s["sx"] / n, s["sy"] / n
         const_a, const_b = self._constants(n)
         pw = "pwcca" in measures
-        spec_a = self._spectra(s["self_x"], mux, self.dims_a, n, pw)
-        spec_b = self._spectra(s["self_y"], muy, self.dims_b, n, pw)
+        bases = not set(measures) <= set(PROCRUSTES)   # Procrustes alone: the eigenvalues, T0 = C_c itself
+        spec_a = self._spectra(s["self_x"], mux, self.dims_a, n, pw, bases)
+        spec_b = self._spectra(s["self_y"], muy, self.dims_b, n, pw, bases)
         starts = [sum(self.dims_a[:i]) for i in range(len(self.dims_a))]
 
         def cross(i: int) -> list[Tensor]:  # T0 = Vᵀ C_c W of A layer i with every B layer
             d, start = self.dims_a[i], starts[i]
             c = s["cross"][start:start + d] - n * torch.outer(mux[start:start + d], muy)
+            if not bases:
+                return list(torch.split(c, self.dims_b, 1))
             w = spec_a[i].basis.T @ c
             return [part @ sb.basis for part, sb in zip(torch.split(w, self.dims_b, 1), spec_b, strict=True)]
 

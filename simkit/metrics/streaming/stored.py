@@ -33,10 +33,18 @@ from simkit.metrics.cka import (
     u_center_rows,
 )
 from simkit.metrics.knn import clamp_normalize, knn_indices
-from simkit.metrics.predictivity import check_fold_samples, fold_moments, ridge_from_moments
+from simkit.metrics.predictivity import (
+    SampleFolds,
+    centred,
+    centred_fold_moments,
+    check_fold_samples,
+    fold_solvers,
+    ridge_from_moments,
+    sample_space_cheaper,
+)
 from simkit.metrics.rsa import check_rsa_n, kendall_tau_a, prepared, rdm_upper, undefined_reason
 from simkit.metrics.settings import MeasureSettings
-from simkit.metrics.shape import SHAPE_MEASURES, spectrum_from_samples
+from simkit.metrics.shape import PROCRUSTES, SHAPE_MEASURES, spectrum_from_samples
 from simkit.metrics.streaming.common import (
     Names,
     PhaseProgress,
@@ -340,8 +348,9 @@ class StoredPart:
                               f"({need} bytes > `memory_budget_bytes`={self.budget}); use a smaller `n`, "
                               "`reduce`=mean, or no `null` (then the covariances are streamed if they fit)")
         pw = "pwcca" in measures
-        spec_a = [spectrum_from_samples(x, pw) for x in self._centred(xa)]
-        spec_b = [spectrum_from_samples(y, pw) for y in self._centred(xb)]
+        bases = not set(measures) <= set(PROCRUSTES)   # Procrustes alone: the eigenvalues, E = X̃ itself
+        spec_a = [spectrum_from_samples(x, pw, bases) for x in self._centred(xa)]
+        spec_b = [spectrum_from_samples(y, pw, bases) for y in self._centred(xb)]
 
         def run(order: Tensor | None, warn: bool) -> dict[str, Tensor]:
             basis_b = [s.basis if order is None else s.basis[order] for s in spec_b]
@@ -362,8 +371,11 @@ class StoredPart:
 
     def _ridge(self, xa: list[Tensor], xb: list[Tensor], perms: Tensor | None, const_a: Tensor,
                const_b: Tensor) -> dict[str, Any]:
-        """``ridge_r2`` from per-fold moments of the stored samples, one A layer at a time (fold of sample
-        ``i``: ``i mod ridge_folds``, ``i`` its global position)."""
+        """``ridge_r2`` of the stored samples, one A layer at a time (fold of sample ``i``: ``i mod ridge_folds``,
+        ``i`` its global position). B's layers are centred once for every A layer; each A layer's fold
+        factorisations are made once and serve the value and every permutation of a null (they depend on A's
+        samples only): in sample space for a wide layer (:class:`~simkit.metrics.predictivity.SampleFolds`),
+        from the per-fold moments otherwise (:func:`~simkit.metrics.predictivity.fold_solvers`)."""
         st = self.settings
         check_fold_samples(self.n, st.ridge_folds)
         q = sum(self.dims_b)
@@ -371,23 +383,37 @@ class StoredPart:
         if need > self.budget:
             raise SimkitError(f"ridge_r2 needs {need} bytes of per-fold moments > `memory_budget_bytes`="
                               f"{self.budget}; use `reduce`=mean or raise `memory_budget_bytes`")
-
-        def run(ys: list[Tensor]) -> Tensor:
-            rows = []
-            for x in xa:
-                moments = fold_moments([x], ys, st.ridge_folds)
-                rows.append(ridge_from_moments(moments, [x.shape[1]], self.dims_b, st.ridge_lambda)[0])
-            return torch.stack(rows)
-
-        result: dict[str, Any] = {"value": mask_constant(run(xb), const_a, const_b)}
-        if self.null and perms is not None:
-            draws = []
-            for pk in perms:
-                draws.append(run([y[pk] for y in xb]))
-                self.report(f"ridge_r2 null ({self.null} permutations)", 1, self.null)
-            null = torch.stack(draws)
-            result.update(null_summary(mask_constant(null, const_a, const_b)))
+        y = centred(xb)
+        orders: list[Tensor | None] = [None, *(perms if self.null and perms is not None else [])]
+        rows = [self._ridge_layer(x, y, orders) for x in xa]         # each (1 + null, Lb)
+        values = torch.stack(rows, 1)                                 # (1 + null, La, Lb)
+        result: dict[str, Any] = {"value": mask_constant(values[0], const_a, const_b)}
+        if len(orders) > 1:
+            result.update(null_summary(mask_constant(values[1:], const_a, const_b)))
         return result
+
+    def _ridge_layer(self, x: Tensor, y: Tensor, orders: list[Tensor | None]) -> Tensor:
+        """R² ``(len(orders), Lb)`` of one A layer predicting B's centred samples ``y``, for each order of B's
+        samples (None: as stored; a permutation: a draw of the null)."""
+        st, n, d = self.settings, self.n, x.shape[1]
+        xc = centred([x])
+        out = []
+        if sample_space_cheaper(n, d, st.ridge_folds) and 8 * n * n <= self.budget:
+            folds = SampleFolds(xc, st.ridge_folds, st.ridge_lambda)
+            for k, order in enumerate(orders):
+                out.append(folds.r2(y if order is None else y[order], self.dims_b))
+                if k:
+                    self.report(f"ridge_r2 null ({self.null} permutations)", 1, self.null * len(self.dims_a))
+            return torch.stack(out)
+        solvers = None
+        for k, order in enumerate(orders):
+            moments = centred_fold_moments(xc, y if order is None else y[order], [d], self.dims_b, st.ridge_folds)
+            if solvers is None:
+                solvers = fold_solvers(moments, [d], st.ridge_lambda)
+            out.append(ridge_from_moments(moments, [d], self.dims_b, st.ridge_lambda, solvers)[0])
+            if k:
+                self.report(f"ridge_r2 null ({self.null} permutations)", 1, self.null * len(self.dims_a))
+        return torch.stack(out)
 
     def _rsa(self, xa: list[Tensor], xb: list[Tensor], perms: Tensor | None, const_a: Tensor,
              const_b: Tensor) -> dict[str, Any]:

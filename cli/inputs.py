@@ -12,8 +12,10 @@ from typing import Any
 
 from simkit.rundir import RunDir
 
-# Options that never change a run's results, so --resume may change them: left out of inputs.json.
-RESULT_FREE = frozenset({"out", "resume", "no_report", "trust", "device", "progress", "cache_dir"})
+# Options that never change a run's results (labels and where things go), so --resume may change them: left out of
+# inputs.json.
+RESULT_FREE = frozenset({"out", "resume", "no_report", "trust", "device", "progress", "cache_dir", "name_a", "name_b",
+                         "names"})
 
 
 def cli_run_dir(command_name: str, out: Path, resume: bool, options: dict[str, Any],

@@ -1,15 +1,36 @@
-"""Network of Theseus on text: a small causal transformer LM converted into an RNN (``attention-to-rnn``).
+"""Network of Theseus, experiment 5 of issue 23 (the GPT-2 → RNN row at small scale): a small causal
+transformer LM on characters converted into a GRU recurrence (``attention-to-rnn``).
 
-Text available offline: the docstrings of Python's standard library, collected with ``inspect`` (no
-download), tokenised by characters (the most frequent characters, the rest mapped to one "unknown"
-id). A TinyLlama guide (``simkit:llama``) is trained on it, then each transformer block becomes a GRU
-layer with the block's residual, aligned stage by stage, and the RNN is fine-tuned. Reported:
-perplexity of the guide, of the converted RNN and of the same RNN trained from scratch (and logit
-distillation) with the same budget.
+Design (written before any run; not run yet in this session):
 
-    .venv/bin/python examples/theseus_charlm.py --out runs/theseus_charlm
-    .venv/bin/python examples/theseus_charlm.py --sequences 1500 --guide-epochs 2 --steps-per-stage 100 \\
-        --finetune-epochs 2 --out /tmp/charlm_quick                                      # reduced
+- Question: is the RNN converted from a trained transformer LM (each transformer block → a residual
+  GRU recurrence, aligned on the block's residual branch, stage by stage, then fine-tuned) better in
+  test perplexity than the same RNN trained from scratch with at least the same optimizer steps? First:
+  is the transformer guide clearly better than the RNN from scratch (something to transfer)?
+- Text available offline: the docstrings of Python's standard library (``inspect``, no download),
+  tokenised by characters (the ``--vocab`` − 1 most frequent, the rest one "unknown" id); the first
+  90 % of the text gives the training windows, the last 10 % the test windows (a quarter as many);
+  ``convert`` holds out 10 % of the training windows as validation (their inputs added to the
+  alignment, ``align_val``).
+- Guide: ``simkit:llama:vocab=V,d=96,heads=4,blocks=3,max_len=64``, trained per seed inside the run
+  (``train_guide`` 10 epochs, AdamW at 1e-3, cosine, best validation epoch kept).
+- Arms (one ``simkit.convert(..., seeds=3)`` call, paired by seed): converted (progressive, 1 − linear
+  CKA, 400 alignment steps per stage at batch 64, then head + 8 fine-tuning epochs); the GRU from
+  scratch; logit distillation (``kd_alpha`` 0.5 · CE + 0.5 · T² · KL, T = 4) from the guide. Baselines:
+  the fine-tuning recipe for the conversion's total optimizer steps; best validation epoch kept,
+  ``still_improving`` flagged.
+- Seeds: 3 (0–2), as the issue asks for this row.
+- Claims (perplexity, lower is better; paired per-seed differences, 95 % t interval,
+  ``simkit.stats.verdict``): 1. guide − GRU from scratch < 0 (stated first); 2. converted − scratch < 0
+  (the paper's row), judged only when claim 1 is reproduced, else "not testable at this scale";
+  reported without a claim: converted − distillation.
+- Sizing: not measured in this session. The next session runs a 1-seed smoke run first
+  (``--seeds 1 --sequences 1500 --guide-epochs 2 --steps-per-stage 100 --finetune-epochs 2``), and
+  if 3 seeds at these defaults exceed 30 minutes, cuts ``--sequences`` (fewer windows per epoch)
+  and says so here before the full run.
+
+    flock /tmp/exp.lock /tmp/heavy .venv/bin/python examples/theseus_charlm.py \\
+        --out runs/theseus_charlm_e5 --results examples/results/theseus_charlm_3seeds.md
 """
 
 from __future__ import annotations
@@ -17,15 +38,23 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import shlex
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 
+import pandas as pd
 import torch
+from theseus_note import Claim, arm_values, claims_table, frame_markdown, header, load_text, per_seed_table
 
 import simkit
 from simkit.data import Dataset
 from simkit.models import load_model
+
+TITLE = "Network of Theseus, character LM: transformer → GRU (issue 23, experiment 5)"
+BUDGET_COLUMNS = ["seed", "align_steps", "labelled_epochs", "still_improving", "scratch_steps",
+                  "scratch_labelled_epochs", "scratch_still_improving", "kd_steps", "kd_still_improving"]
 
 MODULES = ("os", "re", "json", "collections", "functools", "itertools", "string", "textwrap", "pathlib",
            "typing", "inspect", "argparse", "logging", "statistics", "fractions", "decimal", "datetime",
@@ -33,7 +62,7 @@ MODULES = ("os", "re", "json", "collections", "functools", "itertools", "string"
            "contextlib", "abc", "random", "math", "unittest", "pprint", "subprocess", "threading", "queue")
 
 
-def docstrings(modules=MODULES) -> str:
+def docstrings(modules: tuple[str, ...] = MODULES) -> str:
     """Every docstring of the listed standard-library modules and their public members, joined."""
     parts, seen = [], set()
     for name in modules:
@@ -68,10 +97,14 @@ def windows(ids: torch.Tensor, length: int, count: int, seed: int) -> torch.Tens
     return torch.stack([ids[s:s + length] for s in starts.tolist()])
 
 
-def parse() -> argparse.Namespace:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (defaults: the design above)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, default=Path("runs/theseus_charlm"))
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=Path("runs/theseus_charlm_e5"))
+    p.add_argument("--results", type=Path, default=None, help="also write the note here")
+    p.add_argument("--seed", type=int, default=0, help="first seed")
+    p.add_argument("--seeds", type=int, default=3, help="number of seeds")
+    p.add_argument("--data-seed", type=int, default=0, help="the windows drawn from the text")
     p.add_argument("--vocab", type=int, default=96)
     p.add_argument("--length", type=int, default=64)
     p.add_argument("--sequences", type=int, default=6000, help="training windows (test: a quarter as many)")
@@ -81,37 +114,75 @@ def parse() -> argparse.Namespace:
     p.add_argument("--steps-per-stage", type=int, default=400)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--finetune-epochs", type=float, default=8)
-    p.add_argument("--metric", default="cka")
-    p.add_argument("--schedule", default="progressive")
-    p.add_argument("--baselines", default="scratch,kd")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1: another job shares the cores)")
     p.add_argument("--resume", action="store_true")
-    return p.parse_args()
+    p.add_argument("--no-report", action="store_true")
+    return p.parse_args(argv)
+
+
+def text_data(args: argparse.Namespace) -> tuple[Dataset, int]:
+    """The character windows (train: the first 90 % of the text, test: the rest) and the vocabulary size."""
+    ids, vocab = encode(docstrings(), args.vocab)
+    cut = int(len(ids) * 0.9)
+    train = windows(ids[:cut], args.length, args.sequences, args.data_seed)
+    test = windows(ids[cut:], args.length, max(args.sequences // 4, 8), args.data_seed + 1)
+    data = Dataset(train, None, "stdlib-docstrings", test=Dataset(test, None, "stdlib-docstrings"),
+                   info={"vocab": len(vocab)})
+    return data, len(vocab)
+
+
+def settings(args: argparse.Namespace) -> simkit.ConvertSettings:
+    """The conversion's settings: the design's arms and budgets."""
+    return simkit.ConvertSettings(
+        recipe="attention-to-rnn", schedule=["progressive"], metric=["linear_cka"], baselines=["scratch", "kd"],
+        kd_alpha=0.5, kd_temperature=4.0, steps_per_stage=args.steps_per_stage, batch_size=args.batch_size,
+        finetune_epochs=args.finetune_epochs, baseline_epochs=args.finetune_epochs,
+        finetune_batch_size=args.batch_size, train_guide=args.guide_epochs, guide_lr=1e-3, align_val=True,
+        seed=args.seed, seeds=args.seeds, eval_samples=256)
+
+
+def claims(runs: pd.DataFrame) -> list[Claim]:
+    """Perplexity (lower is better): the guide's margin first, then the gain, judged only with a margin."""
+    guide, scratch = arm_values(runs, "guide_perplexity"), arm_values(runs, "scratch_perplexity")
+    converted, kd = arm_values(runs, "converted_perplexity"), arm_values(runs, "kd_perplexity")
+    margin = Claim("1. guide − GRU from scratch < 0 (perplexity)", "GPT-2 below the RNN", guide, scratch,
+                   kind="below", scale=1.0)
+    return [margin,
+            Claim("2. converted − scratch < 0 (perplexity)", "converted RNN below the RNN from scratch", converted,
+                  scratch, kind="below", scale=1.0, requires=margin),
+            Claim("converted − distillation (perplexity)", "not in the paper's rows", converted, kd, kind="report",
+                  scale=1.0)]
+
+
+def note(result: simkit.ConvertResult, command: str, load_before: str, seconds: float) -> str:
+    """The results note: header, per-seed perplexities, verdicts, budgets."""
+    runs = result.tables["runs"]
+    columns = {name: arm_values(runs, f"{name}_perplexity") for name in ("guide", "converted", "scratch", "kd")}
+    lines = header(TITLE, command, load_before, seconds)
+    lines += ["## Test perplexity per seed", ""] + per_seed_table(columns, scale=1.0)
+    lines += ["", "## Verdicts (paired by seed, 95 % Student t interval, `simkit.stats.verdict`)", ""]
+    lines += claims_table(claims(runs))
+    lines += ["", "## Budgets per seed (optimizer steps; labelled-training epochs)", "",
+              frame_markdown(runs[[c for c in BUDGET_COLUMNS if c in runs.columns]]), ""]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
+    """Run the experiment and write its note."""
     args = parse()
+    torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)  # a script of its own: the whole process may flush
-    text = docstrings()
-    ids, vocab = encode(text, args.vocab)
-    cut = int(len(ids) * 0.9)  # train on the first 90 % of the text, test on the rest
-    train = windows(ids[:cut], args.length, args.sequences, args.seed)
-    test = windows(ids[cut:], args.length, max(args.sequences // 4, 8), args.seed + 1)
-    print(f"{len(text):,} characters of stdlib docstrings, vocabulary {len(vocab)}; "
-          f"{len(train)} train / {len(test)} test windows of {args.length}")
-    data = Dataset(train, None, "stdlib-docstrings", test=Dataset(test, None, "stdlib-docstrings"),
-                   info={"vocab": len(vocab)})
-    guide = load_model(f"simkit:llama:vocab={len(vocab)},d={args.d},heads=4,blocks={args.blocks},"
-                       f"max_len={args.length}", seed=args.seed)
-    started = time.perf_counter()
-    settings = simkit.ConvertSettings(
-        recipe="attention-to-rnn", schedule=args.schedule.split(","), metric=args.metric.split(","),
-        baselines=[b for b in args.baselines.split(",") if b and b != "none"],
-        steps_per_stage=args.steps_per_stage, batch_size=args.batch_size, finetune_epochs=args.finetune_epochs,
-        finetune_batch_size=args.batch_size, train_guide=args.guide_epochs, seed=args.seed, eval_samples=256)
-    result = simkit.convert(guide, data, settings, run_dir=args.out, resume=args.resume)
-    simkit.save_run(result, args.out)
-    print(result.tables["runs"].T.to_string())
-    print(f"wall time {time.perf_counter() - started:.0f} s; report: {args.out / 'report.html'}")
+    load_before, started = load_text(), time.perf_counter()
+    data, vocab = text_data(args)
+    spec = f"simkit:llama:vocab={vocab},d={args.d},heads=4,blocks={args.blocks},max_len={args.length}"
+    result = simkit.convert(lambda seed: load_model(spec, seed=seed), data, settings(args), run_dir=args.out,
+                            resume=args.resume, guide_name=spec, data_name="stdlib-docstrings", progress=False)
+    simkit.save_run(result, args.out, report=not args.no_report)
+    text = note(result, f"python {shlex.join(sys.argv)}", load_before, time.perf_counter() - started)
+    for path in [args.out / "note.md"] + ([args.results] if args.results else []):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

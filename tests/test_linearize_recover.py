@@ -173,7 +173,8 @@ def test_linearize_warnings_reach_the_terminal_once_each_as_one_line(tmp_path):
     assert lines == [f"warning: run layer ω={w} linearized nothing: no slope reached α = 1, so NAPL stays at the "
                      "original 2; raise --omega, --epochs or --slope-lr" for w in ("0", "1")]
     assert "RuntimeWarning" not in result.output and "linearize.py:" not in result.output
+    # the run through the command line stores what the terminal shows: CLI flags, not library names
     assert not [line for line in result.output.splitlines() if line.strip().startswith("warnings.warn")]
     summary = json.loads((tmp_path / "run" / "result.json").read_text())["summary"]
     assert summary["warnings"] == [f"run layer ω={w} linearized nothing: no slope reached α = 1, so NAPL stays at "
-                                   "the original 2; raise `omega`, `epochs` or `slope_lr`" for w in ("0", "1")]
+                                   "the original 2; raise --omega, --epochs or --slope-lr" for w in ("0", "1")]

@@ -23,9 +23,11 @@ def fed(metrics, null, n=60, batch=20):
 def test_stored_phases_report_every_unit_of_their_total():
     acc = fed(["mutual_knn", "jaccard_knn", "linear_cka", "procrustes", "ridge_r2", "rsa"], null=4)
     seen: dict[str, list[int]] = {}
+    declared: dict[str, int] = {}
 
     def report(phase: str, advance: int, total: int) -> None:
         seen.setdefault(phase, []).append(advance)
+        assert declared.setdefault(phase, total) == total  # one total per phase
         assert sum(seen[phase]) <= total
 
     silent = acc.compute()
@@ -35,8 +37,8 @@ def test_stored_phases_report_every_unit_of_their_total():
             torch.testing.assert_close(torch.as_tensor(loud[m][key]), torch.as_tensor(silent[m][key]), equal_nan=True)
     totals = {"neighbour search (60 samples, 3 layers)": 3 * 60, "k-NN null (4 permutations)": 4,
               "linear_cka null (4 permutations, Gram rows)": 60, "procrustes null (4 permutations)": 4,
-              "ridge_r2 null (4 permutations)": 4, "rsa null (4 permutations)": 4}
-    assert {phase: sum(steps) for phase, steps in seen.items()} == totals
+              "ridge_r2 null (4 permutations)": 4 * 2, "rsa null (4 permutations)": 4}  # ridge: per A layer (2)
+    assert {phase: sum(steps) for phase, steps in seen.items()} == totals == declared
 
 
 def test_measure_builds_a_bar_only_when_asked(monkeypatch):

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import simkit.cli.main  # noqa: F401  (registers the commands)
+from simkit.catalog import LARGE_EFFECT, range_width
 from simkit.cli.common import app
 from simkit.provenance import run_meta
 from simkit.report.headline import capture_headline, compare_headline, study_headline
@@ -48,9 +49,11 @@ def test_compare_prints_the_lead_measure_at_matching_depth_chance_count_and_repo
         index=list(layers.loc[layers["model"] == "a", "name"]), columns=list(layers.loc[layers["model"] == "b", "name"]))
     on, off = matching_depth(wide.to_numpy())
     counted = lead["chance"].notna() & lead["value"].notna()
-    beats = int((lead["beats_chance"].astype(bool) & counted).sum())
+    beaten = lead["beats_chance"].astype(bool) & counted
+    large = beaten & (lead["value"] - lead["chance"] >= LARGE_EFFECT * range_width("unbiased_cka"))
     assert line == (f"finding: unbiased_cka averages {on:.3f} at matching relative depth ({off:.3f} elsewhere); "
-                    f"{beats} of {int(counted.sum())} layer pairs beat their chance level; "
+                    f"{int(beaten.sum())} of {int(counted.sum())} layer pairs beat their chance level, "
+                    f"{int(large.sum())} of them by a large margin (≥ {LARGE_EFFECT:.0%} of the range); "
                     f"details in {out / 'report.html'}")
 
 
@@ -65,11 +68,11 @@ def study_result(values: np.ndarray, chance: np.ndarray, metric: str = "linear_c
 
 
 def test_study_names_the_most_similar_pair_among_those_beating_chance():
-    values = np.array([[1.0, 0.9, 0.5], [0.9, 1.0, 0.4], [0.5, 0.4, 1.0]])
+    values = np.array([[1.0, 0.9, 0.6], [0.9, 1.0, 0.4], [0.6, 0.4, 1.0]])
     chance = np.array([[0.1, 0.95, 0.3], [0.95, 0.1, 0.3], [0.3, 0.3, 0.1]])  # m0-m1 is high but within chance
-    line = study_headline(study_result(values, chance))
-    assert line == ("most similar pair: m0 and m2 (linear_cka 0.500, chance level 0.300); 4 of 6 pairs of "
-                    "different models beat chance")
+    line = study_headline(study_result(values, chance))  # m0-m2 beats chance by 0.3 (large), m1-m2 by 0.1
+    assert line == ("most similar pair: m0 and m2 (linear_cka 0.600, chance level 0.300); 4 of 6 pairs of "
+                    "different models beat chance, 2 by a large margin")
 
 
 def test_study_without_a_pair_beating_chance_names_none():

@@ -243,6 +243,20 @@ def findings(summary: dict[str, Any], matrices: dict[str, pd.DataFrame], band: l
     return out
 
 
+def counted_cells(values: np.ndarray, info: dict[str, Any]) -> np.ndarray:
+    """The cells counted against chance: a value and a chance level, self-pairs of a study left out."""
+    return np.isfinite(values) & np.isfinite(info["chance"]) & np.logical_not(info["skip"])
+
+
+def chance_counts(metric: str, values: np.ndarray, info: dict[str, Any]) -> tuple[int, int, int]:
+    """(cells that beat chance, those that beat it by a large margin — at least LARGE_EFFECT of the
+    measure's range beyond it —, cells counted) of ``values`` against ``info`` (:func:`chance_info`)."""
+    keep = counted_cells(values, info)
+    beats = info["beats"][keep].astype(bool)
+    gap = (values - info["chance"])[keep] * (1 if MEASURES[metric].similarity else -1)
+    return int(beats.sum()), int(np.sum(beats & (gap >= LARGE_EFFECT * range_width(metric)))), int(keep.sum())
+
+
 def chance_sentences(matrices: dict[str, pd.DataFrame], tables: dict[str, dict[str, Any]]) -> list[str]:
     """One sentence per measure against its chance level: how many pairs beat chance (the rule stated),
     how many of those by a large margin, and the mean value beside the mean chance level. Self-pairs of a
@@ -253,14 +267,11 @@ def chance_sentences(matrices: dict[str, pd.DataFrame], tables: dict[str, dict[s
         if info is None:
             continue
         values = frame.to_numpy(dtype=float, na_value=np.nan)
-        keep = np.isfinite(values) & np.isfinite(info["chance"]) & np.logical_not(info["skip"])
-        if not keep.any():
+        count, large, total = chance_counts(metric, values, info)
+        if not total:
             continue
-        beats = info["beats"][keep].astype(bool)
-        gap = (values - info["chance"])[keep] * (1 if MEASURES[metric].similarity else -1)
-        large = int(np.sum(beats & (gap >= LARGE_EFFECT * range_width(metric))))
+        keep = counted_cells(values, info)
         mean_v, mean_c = float(np.mean(values[keep])), float(np.mean(info["chance"][keep]))
-        count, total = int(beats.sum()), int(keep.sum())
         text = (f"{metric}: {count} of {total} pairs beat chance ({info['rule']}), {large} of them by a large "
                 f"margin (at least {LARGE_EFFECT:.0%} of the range beyond chance); mean {_f(mean_v)} against a "
                 f"chance level of {_f(mean_c)}.")

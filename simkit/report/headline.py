@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from simkit.catalog import MEASURES
-from simkit.report.compare import chance_table, depth_diagonal, lead_metric
+from simkit.catalog import LARGE_EFFECT, MEASURES
+from simkit.report.compare import chance_counts, chance_table, depth_diagonal, lead_metric
 from simkit.report.study import off_diagonal, study_chance
 
 
@@ -35,13 +35,6 @@ def _metrics(result, table: str) -> list[str]:
     return list(summary.get("metrics") or ([summary["metric"]] if summary.get("metric") else known))
 
 
-def chance_count(values: np.ndarray, info: dict[str, Any] | None) -> tuple[int, int] | None:
-    """(cells that beat their chance level, cells with a value and a chance level), self-pairs of a
-    study not counted (``info``: :func:`simkit.report.compare.chance_info`); None without chance levels."""
-    if info is None:
-        return None
-    keep = np.isfinite(values) & np.isfinite(info["chance"]) & np.logical_not(info["skip"])
-    return int(np.sum(info["beats"] & keep)), int(keep.sum())
 
 
 def compare_headline(result) -> str:
@@ -58,11 +51,12 @@ def compare_headline(result) -> str:
         text = f"{metric} averages {_f(on)} at matching relative depth ({_f(off)} elsewhere)"
     else:
         text = f"{metric} averages {_f(float(np.nanmean(values)))} over {rows} × {cols} layer pairs"
-    counted = chance_count(values, chance_table(result, metric))
-    if counted is None:
+    info = chance_table(result, metric)
+    if info is None:
         return text + "; not checked against chance (rerun with --null 10)"
-    beats, total = counted
-    return text + f"; {beats} of {total} layer pairs beat their chance level"
+    beats, large, total = chance_counts(metric, values, info)
+    return (text + f"; {beats} of {total} layer pairs beat their chance level, {large} of them by a large margin "
+            f"(≥ {LARGE_EFFECT:.0%} of the range)")
 
 
 def study_headline(result) -> str:
@@ -76,11 +70,10 @@ def study_headline(result) -> str:
     if not np.isfinite(values).any():
         return f"no {metric} value between two different models is defined (NaN)"
     info = study_chance(result, metric, full)
-    counted = chance_count(values, info)
-    if info is None or counted is None:
+    if info is None:
         return (f"{metric} between {models} different models averages {_f(float(np.nanmean(values)))}; not "
                 "checked against chance, so no pair is named most similar")
-    beats, total = counted
+    beats, large, total = chance_counts(metric, values, info)
     winners = np.where(info["beats"] & np.isfinite(values) & np.logical_not(info["skip"]),
                        values * _similar_first(metric), -np.inf)
     if beats == 0:
@@ -88,7 +81,8 @@ def study_headline(result) -> str:
                 f"{_f(float(np.nanmax(values)))})")
     i, j = np.unravel_index(np.argmax(winners), winners.shape)
     return (f"most similar pair: {frame.index[i]} and {frame.columns[j]} ({metric} {_f(values[i, j])}, chance "
-            f"level {_f(float(info['chance'][i, j]))}); {beats} of {total} pairs of different models beat chance")
+            f"level {_f(float(info['chance'][i, j]))}); {beats} of {total} pairs of different models beat chance, "
+            f"{large} by a large margin")
 
 
 def result_headline(result) -> str | None:

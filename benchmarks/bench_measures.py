@@ -8,7 +8,7 @@ CKA, minibatch), each measure alone, and all of them together. For each: the acc
 during the pass (``update``), at the end (``compute``), their sum relative to the two forward passes,
 the path each measure took and the memory it held (``state_bytes`` / ``stored_bytes`` of ``describe()``).
 
-Usage: python benchmarks/bench_measures.py [--n 1024] [--size 64] [--null 0] [--measures a,b,...]
+Usage: python benchmarks/bench_measures.py [--n 1024] [--size 64] [--null 0|default] [--measures a,b,...]
                                           [--results benchmarks/results/bench_measures.txt]
 A quick check that it runs: ``--n 128 --size 32``. Wall seconds on the CPU with 2 threads (set
 ``--threads``); on a shared machine compare ratios, not absolute numbers.
@@ -23,8 +23,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 LAYERS = "conv1,bn1,relu,maxpool,layer*.?,avgpool,fc"
-MEASURES = ["procrustes", "procrustes_angle", "cca", "svcca", "pwcca", "shape_metric", "rsa", "ridge_r2",
-            "jaccard_knn"]
 
 
 def forward_pass(n: int, size: int, batch: int):
@@ -82,11 +80,13 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1024)
     parser.add_argument("--size", type=int, default=64, help="image side (issue #2: 64)")
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--null", type=int, default=0, help="permutations for every measure (0 = none)")
+    parser.add_argument("--null", default="0", help="permutations for every measure (0 = none; 'default' = "
+                        "each measure's default null, as `simkit compare` without --null)")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--measures", default=",".join(MEASURES))
+    parser.add_argument("--measures", default="", help="comma-separated (default: all of the catalogue's)")
     parser.add_argument("--results", type=Path, default=Path(__file__).parent / "results" / "bench_measures.txt")
     args = parser.parse_args()
+    args.null = None if args.null == "default" else int(args.null)
     import torch
 
     torch.set_num_threads(args.threads)
@@ -101,9 +101,11 @@ def main() -> None:
     batches, forward = forward_pass(args.n, args.size, args.batch_size)
     la, lb = len(batches[0][0]), len(batches[0][1])
     say(f"forward passes of both models (with capture hooks): {forward:.2f} s; {la} x {lb} layer pairs")
-    chosen = [m for m in args.measures.split(",") if m]
+    from simkit.catalog import METRICS
+
+    chosen = [m for m in args.measures.split(",") if m] or list(METRICS)
     configs = [("default (linear_cka,unbiased_cka)", ["linear_cka", "unbiased_cka"], "minibatch"),
-               *((m, [m], "exact") for m in chosen), ("all new measures together", chosen, "exact")]
+               *((m, [m], "exact") for m in chosen), (f"all {len(chosen)} together", chosen, "exact")]
     say(f"{'measure':36s} {'update s':>9s} {'compute s':>10s} {'x forward':>10s} {'MiB held':>9s} {'NaN':>5s}  path")
     for label, metrics, mode in configs:
         r = measure(batches, metrics, mode, args.null, args.batch_size)

@@ -8,6 +8,7 @@ Measured as whole processes, each pinned to the same thread count:
   memory    peak RSS of an exact-mode compare with --reduce mean at n = 8192 against n = 1024;
   exact     (--exact) `simkit compare --mode exact --reduce mean` at n = --exact-n (512) against the bare
             forwards of the same n, alternating (issue #17's target: <= 1.15x);
+  ci        (--ci) the default compare with `--ci 0.95` against without, alternating (target <= 1.03x);
   breakdown (--breakdown) where the time goes: the bare forward passes, the same with simkit's capture
             hooks, and the minibatch accumulator, split into its per-batch Grams
             (simkit.metrics.gram.batch_grams) and the rest; then a whole `simkit compare` run in this
@@ -17,7 +18,7 @@ Measured as whole processes, each pinned to the same thread count:
             floor is the bare forwards plus the Grams.
 
 Usage: python benchmarks/bench_compare.py [--repeats 2] [--skip-speed] [--skip-memory] [--skip-torch-cka]
-                                         [--exact] [--breakdown] [--n 1024]
+                                         [--exact] [--ci] [--breakdown] [--n 1024]
                                          [--results benchmarks/results/bench_compare.txt]
 
 Every child is measured by ``os.wait4``: CPU seconds (user + sys of the child, the primary figure on a
@@ -267,6 +268,76 @@ def compare_args(n: int, out: Path) -> list[str]:
             "--mode", "minibatch", "--no-report", "--out", str(out)]
 
 
+def speed(args: argparse.Namespace, simkit: str, work: Path, env: dict[str, str], say) -> None:
+    """The default compare against the bare forwards (alternating), torch-cka, and the report."""
+    compare = [simkit, *compare_args(args.n, work / "run")]
+    bare_cmd = [sys.executable, "-c", BARE.format(n=args.n, threads=THREADS)]
+    bare_runs, ours_runs = [], []
+    for _ in range(args.repeats):  # alternate, so both see the same mix of load
+        bare_runs.append(run(bare_cmd, env))
+        say(f"  bare    {bare_runs[-1].line()}")
+        ours_runs.append(run(compare, env))
+        say(f"  simkit  {ours_runs[-1].line()}")
+    bare, ours = best_of(bare_runs), best_of(ours_runs)
+    say(f"bare forwards   {bare.line()}")
+    say(f"simkit compare  {ours.line()}")
+    say(f"ratio simkit / bare: cpu {ours.cpu / bare.cpu:.3f}  wall {ours.wall / bare.wall:.3f}  (target <= 1.12)")
+    if not args.skip_torch_cka:
+        try:
+            theirs = run([sys.executable, "-c", TORCH_CKA.format(n=args.n, threads=THREADS)], env)
+            say(f"torch-cka       {theirs.line()}")
+            say(f"ratio torch-cka / bare: cpu {theirs.cpu / bare.cpu:.3f}  wall {theirs.wall / bare.wall:.3f}")
+        except subprocess.CalledProcessError as exc:
+            say(f"torch-cka       failed ({(exc.stderr or '').strip().splitlines()[-1:]}); pip install torch-cka")
+    report = run([simkit, "report", str(work / "run")], env)
+    say(f"simkit report   {report.line()}  (whole process)")
+
+
+def memory(args: argparse.Namespace, simkit: str, work: Path, env: dict[str, str], say) -> None:
+    """Peak RSS of exact mode with --reduce mean at n = 8192 against n = 1024."""
+    peaks = {}
+    for n in (1024, 8192):
+        cmd = [simkit, "compare", "torchvision:resnet18", "torchvision:resnet34", "--data",
+               "synthetic:3x64x64", "--n", str(n), "--layers-a", LAYERS, "--layers-b", LAYERS,
+               "--mode", "exact", "--reduce", "mean", "--no-report", "--out", str(work / f"mem{n}")]
+        peaks[n] = run(cmd, env)
+        say(f"exact mean n={n:5d}  {peaks[n].line()}")
+    say(f"memory ratio n=8192 / n=1024: {peaks[8192].rss / peaks[1024].rss:.3f}  (target <= 1.2)")
+
+
+def exact(args: argparse.Namespace, simkit: str, work: Path, env: dict[str, str], say) -> None:
+    """Exact mode --reduce mean against the bare forwards of the same n (alternating)."""
+    exact_cmd = [simkit, "compare", "torchvision:resnet18", "torchvision:resnet34", "--data", "synthetic:3x64x64",
+                 "--n", str(args.exact_n), "--batch-size", "64", "--layers-a", LAYERS, "--layers-b", LAYERS,
+                 "--metric", "linear_cka,unbiased_cka", "--mode", "exact", "--reduce", "mean", "--no-report",
+                 "--out", str(work / "exact")]
+    bare_cmd = [sys.executable, "-c", BARE.format(n=args.exact_n, threads=THREADS)]
+    bare_runs, exact_runs = [], []
+    for _ in range(args.repeats):
+        bare_runs.append(run(bare_cmd, env))
+        say(f"  bare n={args.exact_n}   {bare_runs[-1].line()}")
+        exact_runs.append(run(exact_cmd, env))
+        say(f"  exact mean {exact_runs[-1].line()}")
+    bare, ours = best_of(bare_runs), best_of(exact_runs)
+    say(f"ratio exact --reduce mean / bare (n={args.exact_n}): cpu {ours.cpu / bare.cpu:.3f}  "
+        f"wall {ours.wall / bare.wall:.3f}  (target <= 1.15)")
+
+
+def ci_cost(simkit: str, n: int, repeats: int, work: Path, env: dict[str, str], say) -> str:
+    """The default compare with ``--ci 0.95`` (bootstrap intervals per cell) against without, alternating."""
+    plain = [simkit, *compare_args(n, work / "plain")]
+    with_ci = [simkit, *compare_args(n, work / "ci"), "--ci", "0.95"]
+    plain_runs, ci_runs = [], []
+    for _ in range(repeats):
+        plain_runs.append(run(plain, env))
+        say(f"  compare        {plain_runs[-1].line()}")
+        ci_runs.append(run(with_ci, env))
+        say(f"  compare --ci   {ci_runs[-1].line()}")
+    a, b = best_of(plain_runs), best_of(ci_runs)
+    return (f"ratio --ci 0.95 / without (minibatch, n={n}): cpu {b.cpu / a.cpu:.3f}  wall {b.wall / a.wall:.3f}  "
+            "(target <= 1.03)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)
@@ -277,6 +348,7 @@ def main() -> None:
     parser.add_argument("--breakdown", action="store_true", help="also time the parts in one process")
     parser.add_argument("--exact", action="store_true", help="also exact mode --reduce mean against the bare forwards")
     parser.add_argument("--exact-n", type=int, default=512)
+    parser.add_argument("--ci", action="store_true", help="also the default compare with --ci 0.95 against without")
     parser.add_argument("--results", type=Path, default=Path(__file__).parent / "results" / "bench_compare.txt")
     args = parser.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS=THREADS, MKL_NUM_THREADS=THREADS)
@@ -290,51 +362,13 @@ def main() -> None:
         lines.append(line)
 
     if not args.skip_speed:
-        compare = [simkit, *compare_args(args.n, work / "run")]
-        bare_cmd = [sys.executable, "-c", BARE.format(n=args.n, threads=THREADS)]
-        bare_runs, ours_runs = [], []
-        for _ in range(args.repeats):  # alternate, so both see the same mix of load
-            bare_runs.append(run(bare_cmd, env))
-            say(f"  bare    {bare_runs[-1].line()}")
-            ours_runs.append(run(compare, env))
-            say(f"  simkit  {ours_runs[-1].line()}")
-        bare, ours = best_of(bare_runs), best_of(ours_runs)
-        say(f"bare forwards   {bare.line()}")
-        say(f"simkit compare  {ours.line()}")
-        say(f"ratio simkit / bare: cpu {ours.cpu / bare.cpu:.3f}  wall {ours.wall / bare.wall:.3f}  (target <= 1.12)")
-        if not args.skip_torch_cka:
-            try:
-                theirs = run([sys.executable, "-c", TORCH_CKA.format(n=args.n, threads=THREADS)], env)
-                say(f"torch-cka       {theirs.line()}")
-                say(f"ratio torch-cka / bare: cpu {theirs.cpu / bare.cpu:.3f}  wall {theirs.wall / bare.wall:.3f}")
-            except subprocess.CalledProcessError as exc:
-                say(f"torch-cka       failed ({(exc.stderr or '').strip().splitlines()[-1:]}); pip install torch-cka")
-        report = run([simkit, "report", str(work / "run")], env)
-        say(f"simkit report   {report.line()}  (whole process)")
+        speed(args, simkit, work, env, say)
     if not args.skip_memory:
-        peaks = {}
-        for n in (1024, 8192):
-            cmd = [simkit, "compare", "torchvision:resnet18", "torchvision:resnet34", "--data",
-                   "synthetic:3x64x64", "--n", str(n), "--layers-a", LAYERS, "--layers-b", LAYERS,
-                   "--mode", "exact", "--reduce", "mean", "--no-report", "--out", str(work / f"mem{n}")]
-            peaks[n] = run(cmd, env)
-            say(f"exact mean n={n:5d}  {peaks[n].line()}")
-        say(f"memory ratio n=8192 / n=1024: {peaks[8192].rss / peaks[1024].rss:.3f}  (target <= 1.2)")
+        memory(args, simkit, work, env, say)
     if args.exact:
-        exact_cmd = [simkit, "compare", "torchvision:resnet18", "torchvision:resnet34", "--data", "synthetic:3x64x64",
-                     "--n", str(args.exact_n), "--batch-size", "64", "--layers-a", LAYERS, "--layers-b", LAYERS,
-                     "--metric", "linear_cka,unbiased_cka", "--mode", "exact", "--reduce", "mean", "--no-report",
-                     "--out", str(work / "exact")]
-        bare_cmd = [sys.executable, "-c", BARE.format(n=args.exact_n, threads=THREADS)]
-        bare_runs, exact_runs = [], []
-        for _ in range(args.repeats):
-            bare_runs.append(run(bare_cmd, env))
-            say(f"  bare n={args.exact_n}   {bare_runs[-1].line()}")
-            exact_runs.append(run(exact_cmd, env))
-            say(f"  exact mean {exact_runs[-1].line()}")
-        bare, ours = best_of(bare_runs), best_of(exact_runs)
-        say(f"ratio exact --reduce mean / bare (n={args.exact_n}): cpu {ours.cpu / bare.cpu:.3f}  "
-            f"wall {ours.wall / bare.wall:.3f}  (target <= 1.15)")
+        exact(args, simkit, work, env, say)
+    if args.ci:
+        say(ci_cost(simkit, args.n, args.repeats, work, env, say))
     if args.breakdown:
         for line in breakdown(args.n):
             say(line)

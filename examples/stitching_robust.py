@@ -61,9 +61,7 @@ Writes each pair's run (``<out>/<pair>/report.html``, all seeds), the per-seed t
 
 from __future__ import annotations
 
-import argparse
 import time
-from pathlib import Path
 
 import pandas as pd
 import torch
@@ -77,6 +75,7 @@ from stitching_shortcut import (
     StitchPlan,
     compare,
     iri_table,
+    parse_args,
     penalty_tables,
     per_seed,
     stitch_pair,
@@ -157,22 +156,8 @@ def diagnostics(iris: pd.DataFrame) -> Claim:
                           value("R->R2", "b_target_class_fraction"), False, 0.0, points=False)])
 
 
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("runs/stitching_robust"))
-    parser.add_argument("--results", type=Path, default=Path("examples/results/stitching_robust.txt"))
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--train-steps", type=int, default=800)
-    parser.add_argument("--stitch-steps", type=int, default=200)
-    parser.add_argument("--val-every", type=int, default=20)
-    parser.add_argument("--stitch-lr", type=float, default=2e-3)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: no oversubscription on a "
-                        "shared machine)")
-    return parser.parse_args()
-
-
 def main() -> None:
-    args = parse_args()
+    args = parse_args("stitching_robust", seeds=3, description=__doc__.splitlines()[0])
     torch.set_num_threads(args.threads)
     clock = RunClock()
     data = upsampled_digits()

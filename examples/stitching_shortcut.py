@@ -470,11 +470,13 @@ def exploitation_cells(table: pd.DataFrame, layers: Sequence[str]) -> list[str]:
                 cells.unstack("layer_a").reindex(columns=list(layers)).fillna("-").to_string()]
 
 
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("runs/stitching_shortcut"))
-    parser.add_argument("--results", type=Path, default=Path("examples/results/stitching_shortcut.txt"))
-    parser.add_argument("--seeds", type=int, default=5)
+def parse_args(name: str = "stitching_shortcut", seeds: int = 5, description: str | None = None) -> argparse.Namespace:
+    """The stitching experiments' command line: ``--out runs/NAME``, ``--results examples/results/NAME.txt``,
+    seeds, training and stitching budgets, threads."""
+    parser = argparse.ArgumentParser(description=description or __doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(f"runs/{name}"))
+    parser.add_argument("--results", type=Path, default=Path(f"examples/results/{name}.txt"))
+    parser.add_argument("--seeds", type=int, default=seeds)
     parser.add_argument("--train-steps", type=int, default=800)
     parser.add_argument("--stitch-steps", type=int, default=200)
     parser.add_argument("--val-every", type=int, default=20)

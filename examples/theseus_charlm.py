@@ -38,19 +38,27 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
-import shlex
-import sys
-import time
 from collections import Counter
-from pathlib import Path
+from collections.abc import Callable
 
 import pandas as pd
 import torch
-from theseus_note import Claim, arm_values, claims_table, frame_markdown, header, load_text, per_seed_table
+from theseus_note import (
+    Claim,
+    arm_values,
+    claims_table,
+    experiment_parser,
+    frame_markdown,
+    header,
+    per_seed_table,
+    run_experiment,
+)
+from torch import nn
 
 import simkit
 from simkit.data import Dataset
 from simkit.models import load_model
+from simkit.results import ConvertResult
 
 TITLE = "Network of Theseus, character LM: transformer → GRU (issue 23, experiment 5)"
 BUDGET_COLUMNS = ["seed", "align_steps", "labelled_epochs", "still_improving", "scratch_steps",
@@ -99,11 +107,7 @@ def windows(ids: torch.Tensor, length: int, count: int, seed: int) -> torch.Tens
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (defaults: the design above)."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, default=Path("runs/theseus_charlm_e5"))
-    p.add_argument("--results", type=Path, default=None, help="also write the note here")
-    p.add_argument("--seed", type=int, default=0, help="first seed")
-    p.add_argument("--seeds", type=int, default=3, help="number of seeds")
+    p = experiment_parser(__doc__, "runs/theseus_charlm_e5", seeds=3)
     p.add_argument("--data-seed", type=int, default=0, help="the windows drawn from the text")
     p.add_argument("--vocab", type=int, default=96)
     p.add_argument("--length", type=int, default=64)
@@ -114,9 +118,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps-per-stage", type=int, default=400)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--finetune-epochs", type=float, default=8)
-    p.add_argument("--threads", type=int, default=1, help="torch threads (1: another job shares the cores)")
-    p.add_argument("--resume", action="store_true")
-    p.add_argument("--no-report", action="store_true")
     return p.parse_args(argv)
 
 
@@ -138,7 +139,7 @@ def settings(args: argparse.Namespace) -> simkit.ConvertSettings:
         kd_alpha=0.5, kd_temperature=4.0, steps_per_stage=args.steps_per_stage, batch_size=args.batch_size,
         finetune_epochs=args.finetune_epochs, baseline_epochs=args.finetune_epochs,
         finetune_batch_size=args.batch_size, train_guide=args.guide_epochs, guide_lr=1e-3, align_val=True,
-        seed=args.seed, seeds=args.seeds, eval_samples=256)
+        seed=args.seed, seeds=args.seeds, eval_samples=256, n=args.n)
 
 
 def claims(runs: pd.DataFrame) -> list[Claim]:
@@ -154,7 +155,7 @@ def claims(runs: pd.DataFrame) -> list[Claim]:
                   scale=1.0)]
 
 
-def note(result: simkit.ConvertResult, command: str, load_before: str, seconds: float) -> str:
+def note(result: ConvertResult, command: str, load_before: str, seconds: float) -> str:
     """The results note: header, per-seed perplexities, verdicts, budgets."""
     runs = result.tables["runs"]
     columns = {name: arm_values(runs, f"{name}_perplexity") for name in ("guide", "converted", "scratch", "kd")}
@@ -170,19 +171,14 @@ def note(result: simkit.ConvertResult, command: str, load_before: str, seconds: 
 def main() -> None:
     """Run the experiment and write its note."""
     args = parse()
-    torch.set_num_threads(args.threads)
-    torch.set_flush_denormal(True)  # a script of its own: the whole process may flush
-    load_before, started = load_text(), time.perf_counter()
+    run_experiment(args, lambda: inputs(args), settings(args), note)
+
+
+def inputs(args: argparse.Namespace) -> tuple[Callable[[int], nn.Module], Dataset, str, str]:
+    """The guide factory (a llama of the text's vocabulary), the windows, and their names."""
     data, vocab = text_data(args)
     spec = f"simkit:llama:vocab={vocab},d={args.d},heads=4,blocks={args.blocks},max_len={args.length}"
-    result = simkit.convert(lambda seed: load_model(spec, seed=seed), data, settings(args), run_dir=args.out,
-                            resume=args.resume, guide_name=spec, data_name="stdlib-docstrings", progress=False)
-    simkit.save_run(result, args.out, report=not args.no_report)
-    text = note(result, f"python {shlex.join(sys.argv)}", load_before, time.perf_counter() - started)
-    for path in [args.out / "note.md"] + ([args.results] if args.results else []):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    print(text)
+    return (lambda seed: load_model(spec, seed=seed)), data, spec, "stdlib-docstrings"
 
 
 if __name__ == "__main__":

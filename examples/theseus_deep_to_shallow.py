@@ -45,18 +45,23 @@ One run directory (--out, report.html unless --no-report; --resume continues it)
 from __future__ import annotations
 
 import argparse
-import shlex
-import sys
-import time
-from pathlib import Path
 
 import pandas as pd
-import torch
-from theseus_note import Claim, arm_values, claims_table, frame_markdown, header, load_text, per_seed_table
+from theseus_note import (
+    Claim,
+    arm_values,
+    claims_table,
+    experiment_parser,
+    frame_markdown,
+    header,
+    per_seed_table,
+    run_experiment,
+)
 
 import simkit
 from simkit.data import load_data
 from simkit.models import load_model
+from simkit.results import ConvertResult
 
 GUIDE = "simkit:cnn1d:channels=32,layers=8,kernel=3,residual=true"
 TITLE = "Network of Theseus, deep → shallow residual CNN on MNIST-1D (issue 23, experiment 4)"
@@ -66,20 +71,12 @@ BUDGET_COLUMNS = ["seed", "align_steps", "head_steps", "finetune_steps", "labell
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (defaults: the design above)."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, default=Path("runs/theseus_deep_to_shallow_e4"))
-    p.add_argument("--results", type=Path, default=None, help="also write the note here")
-    p.add_argument("--seed", type=int, default=0, help="first seed")
-    p.add_argument("--seeds", type=int, default=5, help="number of seeds")
+    p = experiment_parser(__doc__, "runs/theseus_deep_to_shallow_e4", seeds=5)
     p.add_argument("--group", type=int, default=4, help="guide blocks per target block")
     p.add_argument("--guide-epochs", type=float, default=30)
     p.add_argument("--steps-per-stage", type=int, default=200)
     p.add_argument("--head-epochs", type=float, default=5)
     p.add_argument("--labelled-epochs", type=float, default=150, help="head + fine-tuning = the baseline's epochs")
-    p.add_argument("--n", type=int, default=None, help="cap the samples (a smoke run)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (1: another job shares the cores)")
-    p.add_argument("--resume", action="store_true")
-    p.add_argument("--no-report", action="store_true")
     return p.parse_args(argv)
 
 
@@ -103,7 +100,7 @@ def claims(runs: pd.DataFrame) -> list[Claim]:
     return [margin, gain]
 
 
-def note(result: simkit.ConvertResult, command: str, load_before: str, seconds: float) -> str:
+def note(result: ConvertResult, command: str, load_before: str, seconds: float) -> str:
     """The results note: header, per-seed table, verdicts, budgets."""
     runs = result.tables["runs"]
     columns = {"guide": arm_values(runs, "guide_accuracy"), "converted": arm_values(runs, "converted_accuracy"),
@@ -120,18 +117,8 @@ def note(result: simkit.ConvertResult, command: str, load_before: str, seconds: 
 def main() -> None:
     """Run the experiment and write its note."""
     args = parse()
-    torch.set_num_threads(args.threads)
-    torch.set_flush_denormal(True)  # a script of its own: the whole process may flush
-    load_before, started = load_text(), time.perf_counter()
-    result = simkit.convert(lambda seed: load_model(GUIDE, seed=seed), load_data("mnist1d"), settings(args),
-                            run_dir=args.out, resume=args.resume, guide_name=GUIDE, data_name="mnist1d",
-                            progress=False)
-    simkit.save_run(result, args.out, report=not args.no_report)
-    text = note(result, f"python {shlex.join(sys.argv)}", load_before, time.perf_counter() - started)
-    for path in [args.out / "note.md"] + ([args.results] if args.results else []):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    print(text)
+    run_experiment(args, lambda: (lambda seed: load_model(GUIDE, seed=seed), load_data("mnist1d"), GUIDE, "mnist1d"),
+                   settings(args), note)
 
 
 if __name__ == "__main__":

@@ -2,21 +2,34 @@
 by :func:`simkit.stats.verdict` on paired per-seed differences, and the results note (commit, CPU,
 load, run time, per-seed values, means, 95 % t intervals, a verdict per paper row).
 
+Also the experiments' shared command line (:func:`experiment_parser`) and run (:func:`run_experiment`).
 Nothing here re-implements a seed loop or an interval: ``simkit.convert(..., seeds=N)`` runs the
 seeds, :mod:`simkit.stats` gives the intervals and verdicts.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
+import shlex
 import subprocess
-from collections.abc import Sequence
+import sys
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
+import torch
 
+import simkit
+from simkit.results import ConvertResult
 from simkit.stats import Interval, paired_difference, t_interval, verdict
+
+#: a note writer: (result, command, load average before, seconds) -> the note's markdown
+NoteWriter = Callable[[ConvertResult, str, str, float], str]
 
 
 def git_state() -> str:
@@ -152,3 +165,37 @@ def header(title: str, command: str, load_before: str, seconds: float) -> list[s
     return [f"# {title}", "", f"- Command: `{command}`", f"- Commit: {git_state()}", f"- CPU: {cpu_model()}",
             f"- Load average (1 / 5 / 15 min) before: {load_before}; after: {load_text()}",
             f"- Run time: {seconds:.0f} s ({seconds / 60:.1f} min), one process, one run", ""]
+
+
+def experiment_parser(doc: str, out: str, seeds: int) -> argparse.ArgumentParser:
+    """The command line every Theseus experiment shares (``--out``, ``--results``, ``--seed``, ``--seeds``,
+    ``--n``, ``--threads``, ``--resume``, ``--no-report``); each script adds its budgets."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=Path(out))
+    p.add_argument("--results", type=Path, default=None, help="also write the note here")
+    p.add_argument("--seed", type=int, default=0, help="first seed")
+    p.add_argument("--seeds", type=int, default=seeds, help="number of seeds")
+    p.add_argument("--n", type=int, default=None, help="cap the conversion's samples (a smoke run)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1: another job shares the cores)")
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--no-report", action="store_true")
+    return p
+
+
+def run_experiment(args: argparse.Namespace, inputs: Callable[[], tuple[Any, Any, str, str]],
+                   settings: simkit.ConvertSettings, note: NoteWriter) -> None:
+    """Run one experiment and write its note to ``OUT/note.md`` (and ``--results``).
+
+    ``inputs()`` gives ``(guide factory, data, guide name, data name)``; it runs inside the timed span."""
+    torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)  # a script of its own: the whole process may flush
+    load_before, started = load_text(), time.perf_counter()
+    guide, data, guide_name, data_name = inputs()
+    result = simkit.convert(guide, data, settings, run_dir=args.out, resume=args.resume, guide_name=guide_name,
+                            data_name=data_name, progress=False)
+    simkit.save_run(result, args.out, report=not args.no_report)
+    text = note(result, f"python {shlex.join(sys.argv)}", load_before, time.perf_counter() - started)
+    for path in [args.out / "note.md"] + ([args.results] if args.results else []):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    print(text)

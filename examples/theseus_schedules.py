@@ -35,19 +35,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import shlex
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
-import torch
 from theseus_mnist1d import GUIDE, parse, settings
-from theseus_note import Claim, arm_values, claims_table, header, load_text, per_seed_table
+from theseus_note import Claim, arm_values, claims_table, header, per_seed_table, run_experiment
 
 import simkit
 from simkit.data import load_data
 from simkit.models import load_model
+from simkit.results import ConvertResult
 from simkit.stats import beyond_noise
 
 SCHEDULES = ["progressive", "sequential", "independent", "joint"]
@@ -91,23 +89,18 @@ def paper_claims(values: dict[str, pd.Series]) -> list[Claim]:
 def main() -> None:
     """Run the experiment and write its note."""
     args = parse_args()
-    torch.set_num_threads(args.threads)
-    torch.set_flush_denormal(True)  # a script of its own: the whole process may flush
-    load_before, started = load_text(), time.perf_counter()
-    result = simkit.convert(lambda seed: load_model(GUIDE, seed=seed), load_data("mnist1d"), schedule_settings(args),
-                            run_dir=args.out, resume=args.resume, guide_name=GUIDE, data_name="mnist1d",
-                            progress=False)
-    simkit.save_run(result, args.out, report=not args.no_report)
+    run_experiment(args, lambda: (lambda seed: load_model(GUIDE, seed=seed), load_data("mnist1d"), GUIDE, "mnist1d"),
+                   schedule_settings(args), note)
+
+
+def note(result: ConvertResult, command: str, load_before: str, seconds: float) -> str:
+    """The results note: header, per-seed accuracies, the measured order, verdicts per paper row."""
     runs = result.tables["runs"]
     values = {s: arm_values(runs, "converted_accuracy", schedule=s) for s in SCHEDULES}
-    lines = header(TITLE, f"python {shlex.join(sys.argv)}", load_before, time.perf_counter() - started)
+    lines = header(TITLE, command, load_before, seconds)
     lines += ["## Test accuracy per seed (%)", ""] + per_seed_table(values) + [""] + order_lines(values)
     lines += ["", "## Verdicts per paper row (paired by seed, 95 % t interval)", ""] + claims_table(paper_claims(values))
-    text = "\n".join(lines) + "\n"
-    for path in [args.out / "note.md"] + ([args.results] if args.results else []):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    print(text)
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

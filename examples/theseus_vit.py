@@ -49,20 +49,26 @@ from __future__ import annotations
 import argparse
 import functools
 import random
-import shlex
-import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
-from theseus_note import Claim, arm_values, claims_table, frame_markdown, header, load_text, per_seed_table
+from theseus_note import (
+    Claim,
+    arm_values,
+    claims_table,
+    experiment_parser,
+    frame_markdown,
+    header,
+    per_seed_table,
+    run_experiment,
+)
 from torch import nn
 
 import simkit
 from simkit.data import Dataset, load_data
 from simkit.models import load_model
+from simkit.results import ConvertResult
 
 GUIDE = "simkit:vit:dim=64,depth=4,heads=4,patch=4"
 TITLE = "Network of Theseus, pre-trained ViT → Patch-MLP on MNIST-1D (issue 23, experiment 3)"
@@ -72,21 +78,13 @@ BUDGET_COLUMNS = ["seed", "align_steps", "labelled_epochs", "best_step", "still_
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (defaults: the design above)."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, default=Path("runs/theseus_vit_e3"))
-    p.add_argument("--results", type=Path, default=None, help="also write the note here")
-    p.add_argument("--seed", type=int, default=0, help="first seed")
-    p.add_argument("--seeds", type=int, default=5, help="number of seeds")
+    p = experiment_parser(__doc__, "runs/theseus_vit_e3", seeds=5)
     p.add_argument("--pretrain-samples", type=int, default=50_000, help="generated; the first 80 %% pre-train")
     p.add_argument("--pretrain-seed", type=int, default=1, help="mnist1d generator seed (the standard set: 42)")
     p.add_argument("--pretrain-epochs", type=float, default=10)
     p.add_argument("--steps-per-stage", type=int, default=300)
     p.add_argument("--head-epochs", type=float, default=5)
     p.add_argument("--finetune-epochs", type=float, default=30)
-    p.add_argument("--n", type=int, default=None, help="cap the conversion's samples (a smoke run)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (1: another job shares the cores)")
-    p.add_argument("--resume", action="store_true")
-    p.add_argument("--no-report", action="store_true")
     return p.parse_args(argv)
 
 
@@ -138,7 +136,7 @@ def claims(runs: pd.DataFrame) -> list[Claim]:
             Claim("3. converted − distillation > 0", "not in the paper's rows", converted, kd, requires=margin)]
 
 
-def note(result: simkit.ConvertResult, command: str, load_before: str, seconds: float) -> str:
+def note(result: ConvertResult, command: str, load_before: str, seconds: float) -> str:
     """The results note: header, per-seed table, verdicts, budgets."""
     runs = result.tables["runs"]
     columns = {name: arm_values(runs, f"{name}_accuracy") for name in ("guide", "converted", "probe", "scratch", "kd")}
@@ -154,19 +152,9 @@ def note(result: simkit.ConvertResult, command: str, load_before: str, seconds: 
 def main() -> None:
     """Run the experiment and write its note."""
     args = parse()
-    torch.set_num_threads(args.threads)
-    torch.set_flush_denormal(True)  # a script of its own: the whole process may flush
-    load_before, started = load_text(), time.perf_counter()
-    result = simkit.convert(functools.partial(pretrained_guide, args=args), load_data("mnist1d"), settings(args),
-                            run_dir=args.out, resume=args.resume,
-                            guide_name=f"{GUIDE} pre-trained on mnist1d seed {args.pretrain_seed}",
-                            data_name="mnist1d", progress=False)
-    simkit.save_run(result, args.out, report=not args.no_report)
-    text = note(result, f"python {shlex.join(sys.argv)}", load_before, time.perf_counter() - started)
-    for path in [args.out / "note.md"] + ([args.results] if args.results else []):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    print(text)
+    run_experiment(args, lambda: (functools.partial(pretrained_guide, args=args), load_data("mnist1d"),
+                                  f"{GUIDE} pre-trained on mnist1d seed {args.pretrain_seed}", "mnist1d"),
+                   settings(args), note)
 
 
 if __name__ == "__main__":

@@ -181,6 +181,22 @@ def test_exact_stored_paths_equal_one_shot_for_any_batching(cuts):
         np.testing.assert_allclose(out[m]["value"][rows], REF[m][rows], rtol=0, atol=1e-10, err_msg=m)
 
 
+def test_exact_gram_kept_whole_equals_gram_rows_per_block_with_their_null():
+    """A budget that holds each whole Gram (made once, the null reads it permuted) and one that makes
+    rows block by block give the same values and the same null draws."""
+    metrics = ["linear_cka", "unbiased_cka", "rbf_cka"]
+    outs = []
+    for budget in (2**30, 40_000):
+        acc = make_accumulator(CompareSettings(metrics=metrics, mode="exact", memory_budget_bytes=budget, null=3,
+                                               seed=4), dims(XA), dims(XB))
+        outs.append(feed(acc, XA, XB, [9, 14]).compute())
+    whole, blocks = outs
+    for m in metrics:
+        np.testing.assert_allclose(whole[m]["value"], REF[m], rtol=0, atol=1e-10, err_msg=m)
+        for key in ("value", "null"):
+            np.testing.assert_allclose(whole[m][key], blocks[m][key], rtol=0, atol=1e-12, err_msg=f"{m} {key}")
+
+
 def test_exact_edge_shapes_n4_p1():
     xa, xb = make_layers(4, seed=3)
     for budget in (2**30, 5_000):

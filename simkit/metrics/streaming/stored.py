@@ -72,13 +72,16 @@ def _silent(phase: str, advance: int, total: int) -> None:
 class GramRows:
     """Rows of one layer's centred (``biased``), U-centred (``unbiased``) or centred RBF Gram, on demand.
 
-    x: ``(n, p)`` stored activations. ``rows(idx)`` → ``(len(idx), n)`` float64, never the whole n × n.
+    x: ``(n, p)`` stored activations. ``rows(idx)`` → ``(len(idx), n)`` float64; the whole ``n × n`` is
+    made (once) only when ``chunk`` rows are all of them, i.e. when it fits the caller's block budget.
     The features are centred and multiplied in float64 (an ``n × p`` float64 copy per layer), as on the
     feature path and in the functions, so every path's Gram products are float64 products.
     """
 
     def __init__(self, x: Tensor, kind: str, factor: float, chunk: int, constant: bool):
         self.kind, self.n, self.constant = kind, x.shape[0], constant
+        self.full: Tensor | None = None   # the whole centred Gram, when one block holds it
+        self.d2: Tensor | None = None     # every squared distance (rbf), when one block holds them
         xd = x.double()
         self.xc = xd - xd.mean(0)
         if constant:
@@ -97,14 +100,24 @@ class GramRows:
             means = torch.cat([self._rbf(torch.arange(s, min(n, s + chunk), device=x.device)).mean(1)
                                for s in range(0, n, chunk)])
             self.row_mean, self.grand = means, means.mean()
+        if chunk >= n:  # one block holds the whole Gram: make it once (the null reads it permuted)
+            self.full = self.rows(torch.arange(n, device=x.device))
+            self.d2 = None
 
     def _sqdist(self, idx: Tensor) -> Tensor:
-        return sq_distances(self.xc[idx] @ self.xc.T, self.sq, idx)
+        if self.d2 is None:  # the first call of a layer small enough for one block asks for every row
+            d2 = sq_distances(self.xc[idx] @ self.xc.T, self.sq, idx)
+            if len(idx) < self.n:
+                return d2
+            self.d2 = d2
+        return self.d2[idx]
 
     def _rbf(self, idx: Tensor) -> Tensor:
         return rbf_from_sq_distances(self._sqdist(idx), self.sigma)
 
     def rows(self, idx: Tensor) -> Tensor:
+        if self.full is not None:
+            return self.full[idx]
         if self.constant:
             return torch.zeros(len(idx), self.n, dtype=torch.float64, device=idx.device)
         if self.kind == "biased":

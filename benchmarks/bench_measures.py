@@ -1,12 +1,12 @@
 """Cost of each similarity measure in the ResNet-18 vs ResNet-34 setting of issue #2, in one process.
 
-Both models run once over the data (synthetic 3×SIZE×SIZE, batch 64, stem + every block + head, each
+Both models run over the data (twice: the second, warm pass is timed) (synthetic 3×SIZE×SIZE, batch 64, stem + every block + head, each
 layer reduced to its channel means: with ``--reduce flatten`` the stem alone has 65,536 features per
 sample, far beyond what covariance-based measures can hold, see the README table); the activations are
 kept, and every configuration is then fed the same batches: the default compare (linear + unbiased
 CKA, minibatch), each measure alone, and all of them together. For each: the accumulator's seconds
-during the pass (``update``), at the end (``compute``), their sum relative to the two forward passes,
-the path each measure took and the memory it held (``state_bytes`` / ``stored_bytes`` of ``describe()``).
+during the pass (``update``), at the end (``compute``), their sum relative to the two models' forward passes, the path
+each measure took and the memory it held (``state_bytes`` / ``stored_bytes`` of ``describe()``).
 
 Usage: python benchmarks/bench_measures.py [--n 1024] [--size 64] [--null 0|default] [--measures a,b,...]
                                           [--results benchmarks/results/bench_measures.txt]
@@ -98,9 +98,10 @@ def main() -> None:
         print(line, flush=True)
         lines.append(line)
 
+    forward_pass(args.n, args.size, args.batch_size)  # warm-up: the timed pass is the second, as in bench_compare
     batches, forward = forward_pass(args.n, args.size, args.batch_size)
     la, lb = len(batches[0][0]), len(batches[0][1])
-    say(f"forward passes of both models (with capture hooks): {forward:.2f} s; {la} x {lb} layer pairs")
+    say(f"forward passes of both models (with capture hooks, second pass): {forward:.2f} s; {la} x {lb} layer pairs")
     from simkit.catalog import METRICS
 
     chosen = [m for m in args.measures.split(",") if m] or list(METRICS)

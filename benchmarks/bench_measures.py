@@ -1,12 +1,13 @@
 """Cost of each similarity measure in the ResNet-18 vs ResNet-34 setting of issue #2, in one process.
 
-Both models run over the data (twice: the second, warm pass is timed) (synthetic 3×SIZE×SIZE, batch 64, stem + every block + head, each
+Both models run over the data twice (synthetic 3×SIZE×SIZE, batch 64, stem + every block + head, each
 layer reduced to its channel means: with ``--reduce flatten`` the stem alone has 65,536 features per
-sample, far beyond what covariance-based measures can hold, see the README table); the activations are
-kept, and every configuration is then fed the same batches: the default compare (linear + unbiased
-CKA, minibatch), each measure alone, and all of them together. For each: the accumulator's seconds
-during the pass (``update``), at the end (``compute``), their sum relative to the two models' forward passes, the path
-each measure took and the memory it held (``state_bytes`` / ``stored_bytes`` of ``describe()``).
+sample, far beyond what covariance-based measures can hold, see the README table); the second, warm
+pass is timed and its activations are kept, and every configuration is then fed the same batches: the
+default compare (linear + unbiased CKA, minibatch), each measure alone, and all of them together. For
+each: the accumulator's seconds during the pass (``update``), at the end (``compute``), their sum
+relative to the two models' forward passes, the path each measure took and the memory it held
+(``state_bytes`` / ``stored_bytes`` of ``describe()``).
 
 Usage: python benchmarks/bench_measures.py [--n 1024] [--size 64] [--null 0|default] [--measures a,b,...]
                                           [--results benchmarks/results/bench_measures.txt]

@@ -160,9 +160,13 @@ def frame_markdown(frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+#: the code this process runs: the commit when it started (an edit during a long run does not change it)
+STARTED_AT = git_state()
+
+
 def header(title: str, command: str, load_before: str, seconds: float) -> list[str]:
-    """The note's first lines: commit, CPU, load before and after, run time, command."""
-    return [f"# {title}", "", f"- Command: `{command}`", f"- Commit: {git_state()}", f"- CPU: {cpu_model()}",
+    """The note's first lines: commit at the start, CPU, load before and after, run time, command."""
+    return [f"# {title}", "", f"- Command: `{command}`", f"- Commit: {STARTED_AT}", f"- CPU: {cpu_model()}",
             f"- Load average (1 / 5 / 15 min) before: {load_before}; after: {load_text()}",
             f"- Run time: {seconds:.0f} s ({seconds / 60:.1f} min), one process, one run", ""]
 

@@ -108,6 +108,10 @@ def convert_command(
                                   "epoch is kept.")] = 60,
     baseline_max_epochs: Annotated[float, typer.Option(
         "--baseline-max-epochs", help="Cap of --baseline-epochs (the conversion's step count, if longer, wins).")] = 200,
+    baseline_budget: Annotated[str, typer.Option(
+        "--baseline-budget", help="What the baselines' optimizer steps match: steps = the conversion's total "
+                                  "(alignment + head + fine-tuning; more labelled epochs than the converted arm), "
+                                  "labelled = its head + fine-tuning (the same labelled-training epochs).")] = "steps",
     baseline_patience: Annotated[int, typer.Option(
         "--baseline-patience", help="A baseline whose best validation epoch is within its last this-many epochs "
                                     "is flagged as still improving.")] = 10,
@@ -135,7 +139,8 @@ def convert_command(
     settings = ConvertSettings(
         steps_per_stage=steps_per_stage, max_stage_steps=max_stage_steps, stop_loss=stop_loss,
         plateau_factor=plateau_factor, val_fraction=val_fraction, baseline_epochs=baseline_epochs,
-        baseline_max_epochs=baseline_max_epochs, baseline_patience=baseline_patience, guide_lr=guide_lr,
+        baseline_max_epochs=baseline_max_epochs, baseline_budget=baseline_budget,
+        baseline_patience=baseline_patience, guide_lr=guide_lr,
         recipe=None if plan else recipe, schedule=split_list(schedule) or ["progressive"],
         metric=split_list(metric) or ["linear_cka"], plan=plan, rank=rank, group=group, cell=cell,
         baselines=[] if baselines.strip().lower() == "none" else split_list(baselines), finetune_epochs=finetune_epochs,

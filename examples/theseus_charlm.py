@@ -19,6 +19,12 @@ Design (written before any run; not run yet in this session):
   scratch; logit distillation (``kd_alpha`` 0.5 · CE + 0.5 · T² · KL, T = 4) from the guide. Baselines:
   the fine-tuning recipe for the conversion's total optimizer steps; best validation epoch kept,
   ``still_improving`` flagged.
+- Design change after the first full run, before this one (a budget rule, not a result, made it): the
+  first run (commit 8c443f0) gave the baselines the conversion's total optimizer steps, alignment
+  included: 63.9 labelled-training epochs against the converted arm's 9.4 (and the guide's 10), which
+  breaks the rule that every arm gets the same labelled-training budget. Now ``--baseline-budget
+  labelled`` (the default here): the GRU from scratch and distillation train for the converted arm's
+  head + fine-tuning steps (≈ 9.4 epochs), best validation epoch kept. Nothing else changes.
 - Seeds: 3 (0–2), as the issue asks for this row.
 - Claims (perplexity, lower is better; paired per-seed differences, 95 % t interval,
   ``simkit.stats.verdict``): 1. guide − GRU from scratch < 0 (stated first); 2. converted − scratch < 0
@@ -126,6 +132,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps-per-stage", type=int, default=400)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--finetune-epochs", type=float, default=8)
+    p.add_argument("--baseline-budget", choices=["steps", "labelled"], default="labelled",
+                   help="labelled: the baselines get the converted arm's labelled epochs (see Design)")
     return p.parse_args(argv)
 
 
@@ -147,7 +155,7 @@ def settings(args: argparse.Namespace) -> simkit.ConvertSettings:
         kd_alpha=0.5, kd_temperature=4.0, steps_per_stage=args.steps_per_stage, batch_size=args.batch_size,
         finetune_epochs=args.finetune_epochs, baseline_epochs=args.finetune_epochs,
         finetune_batch_size=args.batch_size, train_guide=args.guide_epochs, guide_lr=1e-3, align_val=True,
-        seed=args.seed, seeds=args.seeds, eval_samples=256, n=args.n)
+        baseline_budget=args.baseline_budget, seed=args.seed, seeds=args.seeds, eval_samples=256, n=args.n)
 
 
 def claims(runs: pd.DataFrame) -> list[Claim]:

@@ -27,6 +27,12 @@ Design (written before any run; not run yet in this session):
   pre-trained guide (``kd_alpha`` 0.5 · CE + 0.5 · T² · KL, T = 4). Baselines train with the
   fine-tuning recipe for the conversion's total optimizer steps (≥ its labelled epochs); every arm
   keeps its best validation epoch and is flagged ``still_improving`` when it lies in its last 10.
+- Design change after the first full run, before this one (a budget rule, not a result, made it): the
+  first run (commit 7174afc) gave the baselines the conversion's total optimizer steps, alignment
+  included: 86.7 labelled-training epochs against the converted arm's 35, which breaks the rule that
+  every arm gets the same labelled-training budget. Now ``--baseline-budget labelled`` (the default
+  here): scratch and distillation train for the converted arm's head + fine-tuning steps, 35 epochs
+  each, best validation epoch kept as before. Nothing else changes (6 pre-training epochs, 5 seeds).
 - Seeds: 5 (0–4): the effect under the new guide is unknown; 5 is what the rule asks when it may lie
   within 3 standard deviations of 0.
 - Claims, in this order (``simkit.stats.verdict`` on paired per-seed differences, 95 % t interval):
@@ -91,6 +97,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps-per-stage", type=int, default=300)
     p.add_argument("--head-epochs", type=float, default=5)
     p.add_argument("--finetune-epochs", type=float, default=30)
+    p.add_argument("--baseline-budget", choices=["steps", "labelled"], default="labelled",
+                   help="labelled: the baselines get the converted arm's labelled epochs (see Design)")
     return p.parse_args(argv)
 
 
@@ -127,8 +135,8 @@ def settings(args: argparse.Namespace) -> simkit.ConvertSettings:
         recipe="attention-to-mlp", schedule=["progressive"], metric=["linear_cka"], baselines=["scratch", "kd"],
         kd_alpha=0.5, kd_temperature=4.0, steps_per_stage=args.steps_per_stage, batch_size=256, lr=1e-3,
         head_epochs=args.head_epochs, finetune_epochs=args.finetune_epochs, baseline_epochs=args.finetune_epochs,
-        train_guide=0, val_fraction=0.1, align_val=True, baseline_patience=10, seed=args.seed, seeds=args.seeds,
-        n=args.n)
+        train_guide=0, val_fraction=0.1, align_val=True, baseline_budget=args.baseline_budget, baseline_patience=10,
+        seed=args.seed, seeds=args.seeds, n=args.n)
 
 
 def claims(runs: pd.DataFrame) -> list[Claim]:

@@ -153,6 +153,19 @@ def test_an_extended_baseline_extends_the_converted_arms_labelled_epochs():
     assert alone.tables["runs"].iloc[0]["finetune_steps"] == PER_EPOCH
 
 
+def test_a_labelled_budget_gives_the_baselines_the_converted_arms_labelled_epochs_not_its_alignment():
+    result = run(tiny_guide(), tiny_data(), **dict(SEEDS, seeds=1, steps_per_stage=3 * PER_EPOCH, baseline_epochs=0,
+                                                   baseline_budget="labelled"))
+    row = result.tables["runs"].iloc[0]
+    assert row["align_steps"] > 0
+    for kind in ("scratch", "kd"):  # head + fine-tuning, not alignment + head + fine-tuning
+        assert row[f"{kind}_steps"] == row["head_steps"] + row["finetune_steps"] < row["steps"]
+        assert row[f"{kind}_labelled_epochs"] == pytest.approx(row["labelled_epochs"], abs=1e-3)
+    assert result.meta["settings"]["baseline_budget"] == "labelled"
+    with pytest.raises(SimkitError, match="`baseline_budget` must be one of steps, labelled"):
+        ConvertSettings(recipe="conv-to-mlp", baseline_budget="epochs").validate()
+
+
 def _distill_loss(alpha: float, labels: torch.Tensor, temperature: float = 2.0):
     """The loss ``distill`` minimises on the first 8 rows, through a fit function that evaluates it once."""
     torch.manual_seed(0)

@@ -1,7 +1,8 @@
 """The baselines of one seed of ``convert``: the target from scratch and logit distillation from each
 guide init, with the fine-tuning recipe and a budget at least the conversion's.
 
-Each trains for max(the longest conversion arm's optimizer steps, ``baseline_epochs`` epochs capped by
+Each trains for max(the longest conversion arm's optimizer steps — all of them, or its labelled-training
+steps with ``baseline_budget="labelled"`` —, ``baseline_epochs`` epochs capped by
 ``baseline_max_epochs``) steps, the weights of its best validation epoch kept, and is flagged
 ``still_improving`` by the same rule as the converted arm's fine-tuning
 (:meth:`~simkit.conversion.context.RunContext.still_improving`). Distillation is ``kd_alpha``·CE on the
@@ -61,8 +62,7 @@ class _Baseline:
 
 def kd_baseline(ctx: RunContext, student: Student, rows_: Rows, init_runs: list[dict[str, Any]]) -> None:
     """Logit distillation from one guide init for at least its longest arm's steps; fills its arms' rows."""
-    min_steps = max(r["steps"] for r in init_runs)
-    kd_score = _train_baseline(ctx, _Baseline("kd", student, min_steps, ctx.sweep.ranks[0]), rows_)
+    kd_score = _train_baseline(ctx, _Baseline("kd", student, _min_steps(ctx, init_runs), ctx.sweep.ranks[0]), rows_)
     _fill(rows_, init_runs, "kd", kd_score)
 
 
@@ -71,12 +71,20 @@ def scratch_baseline(ctx: RunContext, student: Student, rows_: Rows) -> float | 
     fills every arm's scratch columns and its gain over scratch."""
     if "scratch" not in ctx.sweep.baselines:
         return None
-    min_steps = max(r["steps"] for r in rows_.runs)
-    scratch_score = _train_baseline(ctx, _Baseline("scratch", student, min_steps, ctx.sweep.ranks[0]), rows_)
+    scratch_score = _train_baseline(ctx, _Baseline("scratch", student, _min_steps(ctx, rows_.runs), ctx.sweep.ranks[0]),
+                                    rows_)
     _fill(rows_, rows_.runs, "scratch", scratch_score)
     for r in rows_.runs:
         r["gain_over_scratch"] = gain(r[f"converted_{rows_.s}"], scratch_score, ctx.task.higher_is_better)
     return scratch_score
+
+
+def _min_steps(ctx: RunContext, runs: list[dict[str, Any]]) -> int:
+    """The optimizer steps a baseline trains at least: the longest arm's total (``baseline_budget``
+    ``steps``) or its labelled-training steps, head + fine-tuning (``labelled``: equal labelled epochs)."""
+    if ctx.settings.baseline_budget == "labelled":
+        return max(r["head_steps"] + r["finetune_steps"] for r in runs)
+    return max(r["steps"] for r in runs)
 
 
 def _fill(rows_: Rows, runs: list[dict[str, Any]], kind: str, test_score: float) -> None:

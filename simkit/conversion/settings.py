@@ -22,6 +22,9 @@ from simkit.metrics.losses import alignment_loss
 
 GUIDE_INITS = ("trained", "random")
 BASELINES = ("scratch", "kd")
+#: what a baseline's optimizer steps match: the conversion's total (alignment + head + fine-tuning) or its
+#: labelled-training steps (head + fine-tuning: equal labelled epochs)
+BASELINE_BUDGETS = ("steps", "labelled")
 #: the alignment losses by their catalogue name (``simkit.catalog``), and the alias ``cka`` of ``linear_cka``
 METRICS = ("linear_cka", "unbiased_cka", "dmnn")
 METRIC_ALIASES = {"cka": "linear_cka"}
@@ -56,8 +59,9 @@ class ConvertSettings:
     on the rest); it chooses the guide's best epoch and stops the baselines; the test split chooses
     nothing. Baselines (scratch, kd) train with the fine-tuning recipe (AdamW at ``finetune_lr``, cosine
     decay, batch ``finetune_batch_size``) for as many optimizer steps as the longest conversion arm
-    (alignment + head + fine-tuning) or ``baseline_epochs`` epochs (at most ``baseline_max_epochs``),
-    whichever is longer; the weights of
+    (``baseline_budget="steps"``: alignment + head + fine-tuning, so the baselines get more labelled
+    epochs than the converted arm; ``"labelled"``: its head + fine-tuning only, the same labelled-training
+    epochs) or ``baseline_epochs`` epochs (at most ``baseline_max_epochs``), whichever is longer; the weights of
     the best validation epoch are kept, and a best epoch within the last ``baseline_patience`` epochs is
     flagged (``still_improving``: the budget may be short).
     batch_size / lr: alignment batch size (CKA depends on it) and AdamW learning rate.
@@ -103,6 +107,7 @@ class ConvertSettings:
     baseline_patience: int = 10
     baseline_epochs: float = 60
     baseline_max_epochs: float = 200
+    baseline_budget: str = "steps"
     guide_lr: float = 1e-2
     seed: int = 0
     seeds: int = 1
@@ -152,6 +157,9 @@ class ConvertSettings:
             raise SimkitError(f"`plateau_factor` must be in (0, 1), got {self.plateau_factor}")
         check_real("baseline_epochs", self.baseline_epochs, 0)
         check_real("baseline_max_epochs", self.baseline_max_epochs, 0)
+        if self.baseline_budget not in BASELINE_BUDGETS:
+            raise SimkitError(f"`baseline_budget` must be one of {', '.join(BASELINE_BUDGETS)}, got "
+                              f"{self.baseline_budget!r}")
         check_real("guide_lr", self.guide_lr, 0, strict=True)
         for name in ("max_stage_steps", "baseline_patience", "batch_size", "finetune_batch_size"):
             value = getattr(self, name)

@@ -225,8 +225,8 @@ def pair_values(sx: Spectrum, sy: Spectrum, t0: Tensor, measures: Sequence[str],
             assert loadings is not None, "pwcca needs spectra built with loadings=True"
             num = (loadings[:, :a.shape[0]] @ a).abs().sum(0)   # Σ_j |⟨h_i, x̃_j⟩| · ‖h_i‖
             norm = (side.lam[:a.shape[0], None] * a * a).sum(0).sqrt()
-            alpha = num / norm
-            out["pwcca"] = float((alpha / alpha.sum() * rho).sum())
+            weight = num / norm
+            out["pwcca"] = float((weight / weight.sum() * rho).sum())
     if "svcca" in measures:
         kx, ky = svcca_components(sx, settings.svcca_keep), svcca_components(sy, settings.svcca_keep)
         t = _inv_sqrt(sx, kx, eps)[:, None] * t0[:kx, :ky] * _inv_sqrt(sy, ky, eps)[None, :]

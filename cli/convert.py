@@ -41,6 +41,10 @@ KdTemperatureOpt = Annotated[float, typer.Option(
 AlignValOpt = Annotated[bool, typer.Option(
     "--align-val/--no-align-val", help="Add the validation split's inputs (never its labels) to the alignment "
                                        "inputs.", metavar=FLAG)]
+BaselineBudgetOpt = Annotated[str, typer.Option(
+    "--baseline-budget", help="What the baselines' optimizer steps match: steps = the conversion's total (alignment "
+                              "+ head + fine-tuning; more labelled epochs than the converted arm), labelled = its "
+                              "head + fine-tuning (the same labelled-training epochs).")]
 AlignDataOpt = Annotated[str | None, typer.Option(
     "--align-data", help="A second data spec whose inputs (never its labels) are added to the alignment inputs; "
                          "shaped like --data.")]
@@ -108,10 +112,7 @@ def convert_command(
                                   "epoch is kept.")] = 60,
     baseline_max_epochs: Annotated[float, typer.Option(
         "--baseline-max-epochs", help="Cap of --baseline-epochs (the conversion's step count, if longer, wins).")] = 200,
-    baseline_budget: Annotated[str, typer.Option(
-        "--baseline-budget", help="What the baselines' optimizer steps match: steps = the conversion's total "
-                                  "(alignment + head + fine-tuning; more labelled epochs than the converted arm), "
-                                  "labelled = its head + fine-tuning (the same labelled-training epochs).")] = "steps",
+    baseline_budget: BaselineBudgetOpt = "steps",
     baseline_patience: Annotated[int, typer.Option(
         "--baseline-patience", help="A baseline whose best validation epoch is within its last this-many epochs "
                                     "is flagged as still improving.")] = 10,
@@ -139,14 +140,13 @@ def convert_command(
     settings = ConvertSettings(
         steps_per_stage=steps_per_stage, max_stage_steps=max_stage_steps, stop_loss=stop_loss,
         plateau_factor=plateau_factor, val_fraction=val_fraction, baseline_epochs=baseline_epochs,
-        baseline_max_epochs=baseline_max_epochs, baseline_budget=baseline_budget,
-        baseline_patience=baseline_patience, guide_lr=guide_lr,
+        baseline_max_epochs=baseline_max_epochs, baseline_patience=baseline_patience, guide_lr=guide_lr,
         recipe=None if plan else recipe, schedule=split_list(schedule) or ["progressive"],
         metric=split_list(metric) or ["linear_cka"], plan=plan, rank=rank, group=group, cell=cell,
         baselines=[] if baselines.strip().lower() == "none" else split_list(baselines), finetune_epochs=finetune_epochs,
         head_epochs=head_epochs, batch_size=batch_size, lr=lr, guide_init=split_list(guide_init) or ["trained"],
         train_guide=train_guide, plateau_window=plateau_window, seed=seed, n=n, seeds=seeds, kd_alpha=kd_alpha,
-        kd_temperature=kd_temperature, align_val=align_val, align_data=align_data).validate()
+        kd_temperature=kd_temperature, align_val=align_val, align_data=align_data, baseline_budget=baseline_budget).validate()
     run_dir = cli_run_dir("convert", out, resume, {**settings.to_dict(), "guide": guide, "data": data,
                                                    "weights": weights, "data_seed": data_seed},
                           files=INPUT_FILES)

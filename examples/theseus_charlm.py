@@ -72,7 +72,6 @@ from torch import nn
 import simkit
 from simkit.data import Dataset
 from simkit.models import load_model
-from simkit.results import ConvertResult
 
 TITLE = "Network of Theseus, character LM: transformer → GRU (issue 23, experiment 5)"
 BUDGET_COLUMNS = ["seed", "align_steps", "labelled_epochs", "still_improving", "scratch_steps",
@@ -171,7 +170,7 @@ def claims(runs: pd.DataFrame) -> list[Claim]:
                   scale=1.0)]
 
 
-def note(result: ConvertResult, command: str, load_before: str, seconds: float) -> str:
+def note(result: simkit.ConvertResult, command: str, load_before: str, seconds: float) -> str:
     """The results note: header, per-seed perplexities, verdicts, budgets."""
     runs = result.tables["runs"]
     columns = {name: arm_values(runs, f"{name}_perplexity") for name in ("guide", "converted", "scratch", "kd")}

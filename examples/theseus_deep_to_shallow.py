@@ -61,7 +61,6 @@ from theseus_note import (
 import simkit
 from simkit.data import load_data
 from simkit.models import load_model
-from simkit.results import ConvertResult
 
 GUIDE = "simkit:cnn1d:channels=32,layers=8,kernel=3,residual=true"
 TITLE = "Network of Theseus, deep → shallow residual CNN on MNIST-1D (issue 23, experiment 4)"
@@ -100,7 +99,7 @@ def claims(runs: pd.DataFrame) -> list[Claim]:
     return [margin, gain]
 
 
-def note(result: ConvertResult, command: str, load_before: str, seconds: float) -> str:
+def note(result: simkit.ConvertResult, command: str, load_before: str, seconds: float) -> str:
     """The results note: header, per-seed table, verdicts, budgets."""
     runs = result.tables["runs"]
     columns = {"guide": arm_values(runs, "guide_accuracy"), "converted": arm_values(runs, "converted_accuracy"),

@@ -82,7 +82,6 @@ from theseus_note import (
 import simkit
 from simkit.data import load_data
 from simkit.models import load_model
-from simkit.results import ConvertResult
 
 GUIDE = "simkit:cnn1d:channels=32,layers=3,kernel=5"
 TITLE = "Network of Theseus, conv → MLP on MNIST-1D at the calibration's budget (issue 23, experiment 1)"
@@ -129,7 +128,7 @@ def claims(runs: pd.DataFrame) -> list[Claim]:
     ]
 
 
-def note(result: ConvertResult, command: str, load_before: str, seconds: float) -> str:
+def note(result: simkit.ConvertResult, command: str, load_before: str, seconds: float) -> str:
     """The results note: header, per-seed table, verdicts, budgets."""
     runs = result.tables["runs"]
     columns = {"guide": arm_values(runs, "guide_accuracy", guide_init="trained"),

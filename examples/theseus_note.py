@@ -25,11 +25,10 @@ import pandas as pd
 import torch
 
 import simkit
-from simkit.results import ConvertResult
 from simkit.stats import Interval, paired_difference, t_interval, verdict
 
 #: a note writer: (result, command, load average before, seconds) -> the note's markdown
-NoteWriter = Callable[[ConvertResult, str, str, float], str]
+NoteWriter = Callable[[Any, str, str, float], str]  # Any: a simkit.convert result
 
 
 def git_state() -> str:

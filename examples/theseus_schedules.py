@@ -45,7 +45,6 @@ from theseus_note import Claim, arm_values, claims_table, header, per_seed_table
 import simkit
 from simkit.data import load_data
 from simkit.models import load_model
-from simkit.results import ConvertResult
 from simkit.stats import beyond_noise
 
 SCHEDULES = ["progressive", "sequential", "independent", "joint"]
@@ -93,7 +92,7 @@ def main() -> None:
                    schedule_settings(args), note)
 
 
-def note(result: ConvertResult, command: str, load_before: str, seconds: float) -> str:
+def note(result: simkit.ConvertResult, command: str, load_before: str, seconds: float) -> str:
     """The results note: header, per-seed accuracies, the measured order, verdicts per paper row."""
     runs = result.tables["runs"]
     values = {s: arm_values(runs, "converted_accuracy", schedule=s) for s in SCHEDULES}

@@ -80,7 +80,6 @@ from torch import nn
 import simkit
 from simkit.data import Dataset, load_data
 from simkit.models import load_model
-from simkit.results import ConvertResult
 
 GUIDE = "simkit:vit:dim=64,depth=4,heads=4,patch=4"
 TITLE = "Network of Theseus, pre-trained ViT → Patch-MLP on MNIST-1D (issue 23, experiment 3)"
@@ -150,7 +149,7 @@ def claims(runs: pd.DataFrame) -> list[Claim]:
             Claim("3. converted − distillation > 0", "not in the paper's rows", converted, kd, requires=margin)]
 
 
-def note(result: ConvertResult, command: str, load_before: str, seconds: float) -> str:
+def note(result: simkit.ConvertResult, command: str, load_before: str, seconds: float) -> str:
     """The results note: header, per-seed table, verdicts, budgets."""
     runs = result.tables["runs"]
     columns = {name: arm_values(runs, f"{name}_accuracy") for name in ("guide", "converted", "probe", "scratch", "kd")}

@@ -49,6 +49,7 @@ _LAZY = {
     "capture": "simkit.engine",
     "convert": "simkit.conversion",
     "ConvertSettings": "simkit.conversion",
+    "ConvertResult": "simkit.results",
     "stitch": "simkit.stitching",
     "StitchSettings": "simkit.stitching",
     "linearize": "simkit.linearization",

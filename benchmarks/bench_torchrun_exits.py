@@ -5,7 +5,7 @@ exception") from gloo's teardown *after* every rank finished and rank 0 wrote it
 - Arms: ``compare`` (two small MLPs on mnist1d, minibatch mode, 200 samples, a null of 3: broadcasts,
   all-reduces and an all-gather), ``train`` (``simkit linearize`` on digits: the training loop's
   gradient all-reduce every step) and ``fit`` (the bare ``simkit.training.fit`` script of
-  tests/test_training.py, which joins the group without the CLI). Each arm runs ``--runs`` times,
+  tests/training/test_training.py, which joins the group without the CLI). Each arm runs ``--runs`` times,
   interleaved, with OMP_NUM_THREADS=1.
 - Score: the number of runs whose torchrun exit status is not 0, and among them those whose stderr
   shows the teardown abort. The stderr of every failing run is kept under ``--keep`` for reading.

@@ -10,20 +10,19 @@ import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
-from typer._click.exceptions import NoArgsIsHelpError, UsageError
-from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
-from typer.exceptions import Abort
+from typer.core import TyperCommand, TyperGroup
 
 from simkit.errors import SimkitError
-from simkit.rundir import check_run_path, discard_unused_runs, forget_runs, release_locks
+from simkit.rundir import check_run_path, claim_run_dir, discard_unused_runs, forget_runs, release_locks
+from simkit.settings.compare import DTYPES
 
 
 class _Help:
     """What simkit's commands and its group show differently from typer's defaults, by subclassing
-    (``cls=``): no ``<bool>`` beside ``--help``, and ``SPEC ...`` beside a variadic argument."""
+    (``cls=``, click's public methods only): no ``<bool>`` beside ``--help``."""
 
     def get_help_option(self, ctx: Any) -> Any:
         option = super().get_help_option(ctx)  # type: ignore[misc]
@@ -32,50 +31,20 @@ class _Help:
         return option
 
 
-def _default_as_typed(param: Any, default_string: str) -> str:
-    """A default as the user would type it: a ``show_default`` text as written (typer wraps it in
-    parentheses, which reads as a Python tuple)."""
-    text = param.show_default
-    return text if isinstance(text, str) else default_string
-
-
-class _Argument(TyperArgument):
+def argument_usage(param: Any) -> str:
     """An argument as click writes it in the usage line: ``MODEL_A``, ``[MODEL]``, ``MODELS...`` (typer
     writes ``{model_a}``)."""
-
-    def _usage_display_name(self) -> str:
-        name = self.metavar or (self.name or "").upper()
-        name = name if self.required else f"[{name}]"
-        return name + ("..." if self.nargs != 1 else "")
-
-    def _get_default_string(self, **kwargs: Any) -> str:
-        return _default_as_typed(self, super()._get_default_string(**kwargs))
-
-
-class _SpecsArgument(_Argument):
-    """A variadic argument of specs: help shows ``SPEC ...`` as its type."""
-
-    def display_type_rich(self, ctx: Any) -> str | None:
-        return "SPEC ..."
-
-
-class _Option(TyperOption):
-    """An option whose ``show_default`` text shows as written (see :func:`_default_as_typed`)."""
-
-    def _get_default_string(self, **kwargs: Any) -> str:
-        return _default_as_typed(self, super()._get_default_string(**kwargs))
+    name = (param.name or "").upper()
+    name = name if param.required else f"[{name}]"
+    return name + ("..." if param.nargs != 1 else "")
 
 
 class SimkitCommand(_Help, TyperCommand):
-    """typer's command class with simkit's help (see :class:`_Help`, :class:`_Argument`, :class:`_Option`)."""
+    """typer's command class with simkit's help (see :class:`_Help`) and usage line (:func:`argument_usage`)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        for param in self.params:
-            if type(param) is TyperArgument:
-                param.__class__ = _SpecsArgument if param.nargs == -1 else _Argument
-            elif type(param) is TyperOption:
-                param.__class__ = _Option
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        arguments = [argument_usage(p) for p in self.get_params(ctx) if p.param_type_name == "argument"]
+        return [self.options_metavar or "[OPTIONS]", *arguments]
 
 
 class SimkitGroup(_Help, TyperGroup):
@@ -89,13 +58,15 @@ class SimkitGroup(_Help, TyperGroup):
             code = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
                                 windows_expand_args=windows_expand_args, **extra)
             code = code if isinstance(code, int) else 0
-        except NoArgsIsHelpError as exc:  # `simkit` alone: the overview, as typer shows it
-            typer.echo(exc.format_message())
+        except typer.TyperException as exc:
+            if getattr(exc, "exit_code", 1) != 2:  # not the command line's fault
+                raise
+            if type(exc).__name__ == "NoArgsIsHelpError":  # `simkit` alone: the overview, as typer shows it
+                typer.echo(exc.format_message())
+            else:  # a usage error of the command line
+                typer.echo(f"error: {usage_message(exc)}", err=True)
             code = 2
-        except UsageError as exc:
-            typer.echo(f"error: {usage_message(exc)}", err=True)
-            code = 2
-        except Abort:
+        except typer.Abort:
             typer.echo("interrupted", err=True)
             code = 130
         if standalone_mode:
@@ -103,7 +74,7 @@ class SimkitGroup(_Help, TyperGroup):
         return code
 
 
-def usage_message(exc: UsageError) -> str:
+def usage_message(exc: Any) -> str:
     """One line for a usage error of the command line: what is wrong, and where the options are listed."""
     message = " ".join(line.strip() for line in exc.format_message().splitlines() if line.strip())
     for typer_words, ours in (("Input should be a valid integer, unable to parse string as an integer",
@@ -112,7 +83,7 @@ def usage_message(exc: UsageError) -> str:
                                "expected a number"),
                               ("Value error, ", "")):
         message = message.replace(typer_words, ours)
-    names, ctx = [], exc.ctx
+    names, ctx = [], getattr(exc, "ctx", None)
     while ctx is not None and ctx.parent is not None:  # the command's own name (the root may be "python -m")
         names.append(ctx.info_name or "")
         ctx = ctx.parent
@@ -254,7 +225,36 @@ def current_warnings() -> WarningChannel | None:
     return _CHANNELS[-1] if _CHANNELS else None
 
 
-def command(*args: Any, arg_flags: dict[str, str] | None = None, **kwargs: Any):
+def _declare_settings(wrapper: Any, func: Any, settings: type) -> None:
+    """The command's signature as typer reads it: ``func``'s parameters without ``settings``, then one
+    option per declared field of the settings class (``simkit.cli.declared``)."""
+    import inspect
+
+    from simkit.cli.declared import settings_parameters
+
+    own = [p for name, p in inspect.signature(func, eval_str=True).parameters.items() if name != "settings"]
+    generated = settings_parameters(settings, skip=tuple(p.name for p in own))
+    params = own + generated
+    wrapper.__signature__ = inspect.Signature(params)
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    wrapper.__settings_class__ = settings
+    wrapper.__generated_options__ = frozenset(p.name for p in generated)
+
+
+def _with_settings(wrapper: Any, kw: dict[str, Any]) -> dict[str, Any]:
+    """The command's keyword arguments with its generated settings options replaced by ``settings=``
+    (validated); a parameter of the command itself that names a settings field (an argument such as
+    graft's MODEL) goes both to the settings and to the command."""
+    from simkit.cli.declared import settings_from_cli
+    from simkit.options import declarations
+
+    settings = wrapper.__settings_class__
+    values = {k: v for k, v in kw.items() if k in declarations(settings)}
+    rest = {k: v for k, v in kw.items() if k not in wrapper.__generated_options__}
+    return {**rest, "settings": settings_from_cli(settings, values)}
+
+
+def command(*args: Any, arg_flags: dict[str, str] | None = None, settings: type | None = None, **kwargs: Any):
     """``@app.command`` that checks ``--device`` first, joins torchrun's process group when launched by
     it, and turns a SimkitError into one line on stderr and exit code 2, its library argument names
     mapped to this command's flags (``cli_message``; ``arg_flags``: library argument → flag or option
@@ -264,11 +264,13 @@ def command(*args: Any, arg_flags: dict[str, str] | None = None, **kwargs: Any):
     are released and, under torchrun, every rank leaves the process group before the command returns
     (``simkit.distributed.shutdown``: a barrier on success, then destroy_process_group). Warnings go
     through one :class:`WarningChannel`: recorded while the command runs, stored in its result's summary
-    by :func:`finish`, printed once each as ``warning: ...`` when it succeeds."""
+    by :func:`finish`, printed once each as ``warning: ...`` when it succeeds. ``settings``: the command's
+    settings class, whose declared options replace the function's ``settings`` parameter
+    (``simkit.cli.declared``); the function receives the validated object."""
+
+    name = str(args[0]) if args else ""
 
     def decorate(func):
-        flags = command_flags(func, arg_flags)
-
         @functools.wraps(func)
         def wrapper(*a: Any, **kw: Any):
             joined = ok = False
@@ -277,13 +279,17 @@ def command(*args: Any, arg_flags: dict[str, str] | None = None, **kwargs: Any):
                     from simkit.forward import resolve_device
 
                     resolve_device(kw["device"])
-                if isinstance(kw.get("out"), str | Path):  # --out is checked before anything runs
+                if isinstance(kw.get("out"), str | Path):  # --out is checked and claimed before anything runs
                     check_run_path(kw["out"])
+                    if os.environ.get("RANK", "0") == "0" and not (kw.get("resume") and not Path(kw["out"]).exists()):
+                        claim_run_dir(kw["out"], name)  # rank 0 holds it; a resume of nothing is refused later
                 if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun: join its process group
                     from simkit.distributed import init_if_launched  # (torch: only where it is needed)
 
                     joined = init_if_launched(str(kw.get("device") or "cpu"))
                 with warning_channel(flags) as channel:
+                    if settings is not None:  # the declared options → one validated settings object
+                        kw = _with_settings(wrapper, kw)
                     result = func(*a, **kw)
                 channel.print()
                 ok = True
@@ -304,6 +310,9 @@ def command(*args: Any, arg_flags: dict[str, str] | None = None, **kwargs: Any):
 
                     shutdown(ok)
 
+        if settings is not None:
+            _declare_settings(wrapper, func, settings)
+        flags = command_flags(wrapper, arg_flags)
         kwargs.setdefault("cls", SimkitCommand)
         return app.command(*args, **kwargs)(wrapper)
 
@@ -348,14 +357,18 @@ ResumeOpt = Annotated[bool, typer.Option(
     "--resume", help="Continue an interrupted run from the checkpoints in --out.", metavar="")]
 
 
+DtypeOpt = Annotated[Literal[DTYPES] | None, typer.Option(  # type: ignore[valid-type]
+    "--dtype", help="Load the models in this dtype (default: the dtype of their files); activations are still "
+    "summed in float64. float16 may overflow (a one-line error names the layer): prefer bfloat16.",
+    show_default=False)]
 WeightsOpt = Annotated[Path | None, typer.Option("--weights", help="Local weights file for MODEL.")]
 
 
-def load_cli_model(spec: str, *, seed: int, trust: bool, weights: Path | None):
-    """``simkit.models.load_model`` with the CLI's options (a ``--weights`` path or None) → nn.Module."""
+def load_cli_model(spec: str, *, seed: int, trust: bool, weights: Path | None, dtype: str | None = None):
+    """``simkit.models.load_model`` with the CLI's options (a ``--weights`` path or None, ``--dtype``) → nn.Module."""
     from simkit.models import load_model
 
-    return load_model(spec, seed=seed, trust=trust, weights=str(weights) if weights else None)
+    return load_model(spec, seed=seed, trust=trust, weights=str(weights) if weights else None, dtype=dtype)
 
 
 def finish(result, out: Path, no_report: bool) -> None:

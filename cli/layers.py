@@ -31,26 +31,11 @@ def layers_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON records.", metavar=FLAG)] = False,
 ) -> None:
     """`simkit layers`: print MODEL's hookable layers (name, type, shape, parameters) as a table or JSON."""
-    from simkit.data import load_data
-    from simkit.errors import SimkitError
-    from simkit.layers import layer_table, resolve_layers
+    from simkit.layers import resolve_layers
 
     module = load_cli_model(model, seed=seed, trust=trust, weights=weights)
-    sample, source = None, data
-    if data is not None:
-        if tokenizer is None and model.startswith("hf:"):
-            tokenizer = model
-        sample = load_data(data, n=1, seed=seed, tokenizer=tokenizer).take(slice(0, 1)).inputs
-    else:
-        sample, source = _model_sample(module, model)
-    try:
-        table = layer_table(module, sample)
-    except (RuntimeError, TypeError, ValueError, IndexError) as exc:
-        if isinstance(exc, SimkitError):
-            raise
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SimkitError(f"model {model!r} cannot run on one sample of {source!r} ({first}); "
-                          "check that --data fits the model") from None
+    sample, source = _dry_run_sample(module, model, data, seed, tokenizer)
+    table = _layer_table(module, sample, model, source)
     if select is not None:
         table = table[table["name"].isin(resolve_layers(module, select))]
     note = (f"output shapes from one sample of {source}" if sample is not None
@@ -60,6 +45,34 @@ def layers_command(
         typer.echo(note, err=True)
         return
     _print_table(table, model, note)
+
+
+def _dry_run_sample(module, model: str, data: str | None, seed: int, tokenizer: str | None):
+    """The input of the dry run: one sample of ``data`` (read with ``tokenizer``, default MODEL when it is
+    hf:), else the model's own (:func:`_model_sample`). Returns (sample or None, description)."""
+    from simkit.data import load_data
+
+    if data is None:
+        return _model_sample(module, model)
+    if tokenizer is None and model.startswith("hf:"):
+        tokenizer = model
+    return load_data(data, n=1, seed=seed, tokenizer=tokenizer).take(slice(0, 1)).inputs, data
+
+
+def _layer_table(module, sample, model: str, source: str | None):
+    """``simkit.layers.layer_table`` of ``module`` on ``sample``; a model that cannot run on it is a
+    one-line SimkitError naming the data."""
+    from simkit.errors import SimkitError
+    from simkit.layers import layer_table
+
+    try:
+        return layer_table(module, sample)
+    except (RuntimeError, TypeError, ValueError, IndexError) as exc:
+        if isinstance(exc, SimkitError):
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SimkitError(f"model {model!r} cannot run on one sample of {source!r} ({first}); "
+                          "check that --data fits the model") from None
 
 
 PROBE_SENTENCE = "The quick brown fox jumps over the lazy dog."

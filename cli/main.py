@@ -14,6 +14,7 @@ from simkit.cli import (  # noqa: F401  (each module registers its commands on t
     napl,
     report,
     stitch,
+    trend,
 )
 from simkit.cli.common import app
 

@@ -10,6 +10,7 @@ import typer
 
 from simkit.cli.common import command
 from simkit.errors import SimkitError
+from simkit.plotting import FIGURE_FORMATS
 
 FIGURES_FOLDER = "figures"
 
@@ -21,7 +22,7 @@ def report(
     figures: Annotated[str | None, typer.Option(
         "--figures", metavar="FORMATS",
         help="Also write each figure of the report as DIR/figures/<name>.<format>; FORMATS: a comma list of "
-             "png, pdf, svg (pdf and svg keep text as text).")] = None,
+             f"{', '.join(FIGURE_FORMATS)} (pdf and svg keep text as text).")] = None,
 ) -> None:
     """`simkit report`: re-render DIR/report.html from a run directory's files (no recomputation) and,
     with --figures, write each figure as DIR/figures/<name>.<format>."""

@@ -4,6 +4,8 @@ The public API (every name loads on first use, so ``import simkit`` and ``simkit
 
 - ``compare(model_a, model_b, data, CompareSettings(...))`` → ``CompareResult``; ``compare_caches(path_a, path_b, ...)``;
   ``study(paths, ...)`` → ``StudyResult``; ``capture(model, data, out, ...)`` writes an activation cache;
+- ``compare_arrays(acts_a, acts_b, ...)`` → ``CompareResult`` from activations you already have (mappings of
+  arrays, files, caches), ``load_activations(path)``, ``capture_arrays(acts, out)``, ``hf_hidden_states(output)``;
 - the research runners, each ``run(modules, data, settings, run_dir=None, resume=False)`` → a result:
   ``convert`` (Network of Theseus, ``ConvertSettings``), ``stitch`` (``StitchSettings``), ``linearize``
   (``LinearizeSettings``), ``graft`` (``GraftSettings``);
@@ -11,6 +13,10 @@ The public API (every name loads on first use, so ``import simkit`` and ``simkit
   training loop, for the models a study needs;
 - ``train_adversarial(model, data, TrainConfig(...), eps=...)`` and ``robust_accuracy(model, x, y, eps=...)``:
   PGD adversarial training through the same loop;
+- ``Monitor(model, probe, MonitorSettings(...))``: similarity to a reference while a model trains, in any
+  loop (``monitor.step(global_step)``, ``monitor.close()`` → ``TrendResult``); ``trend(checkpoints, data,
+  TrendSettings(...))``: the same over a series of checkpoints (``simkit.monitor``; the Lightning callback is
+  ``simkit.monitor.lightning.SimilarityCallback``);
 - ``load(run_dir)`` reads any run directory back; ``save_run(result, out)`` writes one with its
   report; ``render_report(result, path)`` writes the HTML report alone.
 
@@ -47,6 +53,10 @@ _LAZY = {
     "compare_caches": "simkit.engine",
     "study": "simkit.engine",
     "capture": "simkit.engine",
+    "compare_arrays": "simkit.engine",
+    "load_activations": "simkit.engine",
+    "capture_arrays": "simkit.engine",
+    "hf_hidden_states": "simkit.engine",
     "convert": "simkit.conversion",
     "ConvertSettings": "simkit.conversion",
     "ConvertResult": "simkit.results",
@@ -66,6 +76,11 @@ _LAZY = {
     "save_run": "simkit.report",
     "render_report": "simkit.report",
     "RunDir": "simkit.rundir",
+    "Monitor": "simkit.monitor",
+    "MonitorSettings": "simkit.monitor",
+    "trend": "simkit.monitor",
+    "TrendSettings": "simkit.monitor",
+    "TrendResult": "simkit.results",
 }
 
 __all__ = ["SimkitError", "__version__", "load", *_LAZY]

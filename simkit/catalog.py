@@ -4,17 +4,20 @@ Torch-free and in the base layer (the CLI's help and ``simkit report`` read it w
 to keep its own list reads this table: the accumulator's routing (``stream``: which streaming strategy
 computes the measure in each mode), the default null rule (``cheap_null``), the settings recorded in
 ``meta.settings`` (``settings``), the report's colour ranges, "best match" direction and notes, the
-``--metric`` help and the README's table of measures (``tests/test_catalog.py`` checks that table
+``--metric`` help and the README's table of measures (``tests/base/test_catalog.py`` checks that table
 against this one).
 
-To add a measure: a row here, its function in ``simkit.metrics``, and its strategy's ``compute`` branch
-(see DEVELOPING.md, "Adding a measure").
+To add a measure: a row here (with its ``stored_family``), its function in ``simkit.metrics``, and its
+strategy's ``compute`` branch (see DEVELOPING.md, "Add a similarity measure").
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+from simkit.options import Choice, Declaration, Integer, Real, option
 
 #: the streaming strategies (one module each under ``simkit.metrics.streaming``)
 STRATEGIES = ("gram", "features", "folds", "stored")
@@ -51,6 +54,10 @@ class Measure:
         permutations of the stored activations (their cost per measure: README).
     settings: the fields of :class:`~simkit.metrics.settings.CompareSettings` that change its values.
     note: one line for reports and help (empty: nothing beyond its range to say).
+    stored_family: how the ``stored`` strategy computes it from the stored activations (its path is
+        ``stored-<family>``, its function ``simkit.metrics.streaming.stored.FAMILIES[family]``): ``gram``
+        (centred Gram rows), ``knn`` (one neighbour search), ``cov`` (each layer's spectrum), ``folds``
+        (cross-validated ridge), ``rdm`` (dissimilarity matrices).
     """
 
     name: str
@@ -64,6 +71,7 @@ class Measure:
     chance: tuple[str, str] = ("sampled", "sampled")
     settings: tuple[str, ...] = ()
     note: str = ""
+    stored_family: str = field(kw_only=True)
 
 
 _HALF_PI = math.pi / 2
@@ -73,33 +81,37 @@ _CCA = ("cca_eps",)
 
 MEASURES: dict[str, Measure] = {m.name: m for m in (
     Measure("linear_cka", "[0, 1]", 0.0, 1.0, True, False, ("gram", "features"), gram="biased",
-            chance=("null", "closed")),
+            chance=("null", "closed"), stored_family="gram"),
     Measure("unbiased_cka", "≈ [0, 1] (may be < 0 for small n)", 0.0, 1.0, True, False, ("gram", "features"),
-            gram="unbiased", chance=("null", "closed")),
+            gram="unbiased", chance=("null", "closed"), stored_family="gram"),
     Measure("rbf_cka", "[0, 1]", 0.0, 1.0, True, False, ("gram", "stored"), gram="rbf", chance=("null", "sampled"),
-            settings=("rbf_factor",)),
-    Measure("mutual_knn", "[0, 1]", 0.0, 1.0, True, False, _STORED, settings=("knn_k",)),
-    Measure("jaccard_knn", "[0, 1]", 0.0, 1.0, True, False, _STORED, settings=("knn_k",)),
-    Measure("procrustes", "[0, 1]", 0.0, 1.0, True, False, _COVARIANCE),
+            settings=("rbf_factor",), stored_family="gram"),
+    Measure("mutual_knn", "[0, 1]", 0.0, 1.0, True, False, _STORED, settings=("knn_k",), stored_family="knn"),
+    Measure("jaccard_knn", "[0, 1]", 0.0, 1.0, True, False, _STORED, settings=("knn_k",), stored_family="knn"),
+    Measure("procrustes", "[0, 1]", 0.0, 1.0, True, False, _COVARIANCE, stored_family="cov"),
     Measure("procrustes_angle", "[0, π/2], 0 = same shape", 0.0, _HALF_PI, False, False, _COVARIANCE,
             note="procrustes_angle is an angular distance in [0, π/2]: 0 is identical up to rotation and "
-                 "scale; best matches are the smallest values."),
-    Measure("cca", "[0, 1]", 0.0, 1.0, True, False, _COVARIANCE, chance=("closed", "closed"), settings=_CCA),
-    Measure("svcca", "[0, 1]", 0.0, 1.0, True, False, _COVARIANCE, settings=("svcca_keep", *_CCA)),
+                 "scale; best matches are the smallest values.", stored_family="cov"),
+    Measure("cca", "[0, 1]", 0.0, 1.0, True, False, _COVARIANCE, chance=("closed", "closed"), settings=_CCA,
+            stored_family="cov"),
+    Measure("svcca", "[0, 1]", 0.0, 1.0, True, False, _COVARIANCE, settings=("svcca_keep", *_CCA),
+            stored_family="cov"),
     Measure("pwcca", "[0, 1]", 0.0, 1.0, True, False, _COVARIANCE, settings=_CCA,
             note="pwcca weights the canonical correlations by the narrower layer of each pair (the layer of A "
-                 "when both are equally wide, so then it is not symmetric)."),
+                 "when both are equally wide, so then it is not symmetric).", stored_family="cov"),
     Measure("shape_metric", "[0, π/2], a metric (triangle inequality)", 0.0, _HALF_PI, False, False, _COVARIANCE,
             settings=("shape_alpha", *_CCA),
             note="shape_metric is netrep's angular shape distance in [0, π/2] (lower is more similar); best "
-                 "matches are the smallest values."),
+                 "matches are the smallest values.", stored_family="cov"),
     Measure("rsa", "[−1, 1]", -1.0, 1.0, True, False, _STORED, settings=("rsa_distance", "rsa_compare"),
-            note="rsa compares the layers' dissimilarity matrices over all samples; its value is in [-1, 1]."),
+            note="rsa compares the layers' dissimilarity matrices over all samples; its value is in [-1, 1].",
+            stored_family="rdm"),
     Measure("ridge_r2", "(−∞, 1], 0 = the training mean", None, 1.0, True, True, ("folds", "folds"),
             settings=("ridge_lambda", "ridge_folds"),
             note="ridge_r2 is directional: each row (a layer of A) predicts a column (a layer of B) by "
                  "cross-validated ridge regression, so the matrix is not symmetric; swap the models for the "
-                 "other direction. 1 is a perfect prediction, 0 no better than the mean, negative worse."),
+                 "other direction. 1 is a perfect prediction, 0 no better than the mean, negative worse.",
+            stored_family="folds"),
 )}
 
 # unbiased_cka first: in minibatch mode it is Nguyen et al.'s estimator (unbiased HSIC_1 per batch), and the
@@ -113,6 +125,52 @@ GRAM_KINDS: dict[str, str] = {m.name: m.gram for m in MEASURES.values() if m.gra
 COVARIANCE_MEASURES: tuple[str, ...] = tuple(m.name for m in MEASURES.values() if m.stream == _COVARIANCE)
 #: the measures that share one neighbour search
 KNN_MEASURES: tuple[str, ...] = ("mutual_knn", "jaccard_knn")
+
+
+#: the measures' own settings, each declared once (default, constraint, help): the rows name the ones that
+#: change their values (``settings``), ``CompareSettings`` has a field for each (``measure_setting``)
+RSA_DISTANCES = ("correlation", "euclidean", "cosine")
+RSA_COMPARES = ("spearman", "pearson", "kendall_tau_a")
+MEASURE_SETTINGS: dict[str, Any] = {
+    "rbf_factor": option(1.0, Real(gt=0), "rbf_cka bandwidth: this factor times the median pairwise distance."),
+    "knn_k": option(10, Integer(ge=1), "Neighbours per sample for mutual_knn and jaccard_knn."),
+    "shape_alpha": option(0.5, Real(ge=0, le=1), "shape_metric regularisation in [0, 1]: 0 = CCA, 1 = Procrustes "
+                          "(netrep's alpha)."),
+    "cca_eps": option(0.0, Real(ge=0), "Ridge for cca, svcca, pwcca, shape_metric, relative to the mean covariance "
+                      "eigenvalue; 0 = none (NaN when a layer has >= n-1 dimensions)."),
+    "svcca_keep": option(0.99, Real(gt=0, le=1), "svcca: keep the top principal components explaining this "
+                         "fraction of variance."),
+    "ridge_lambda": option(1e-2, Real(ge=0), "ridge_r2 ridge, relative to the mean eigenvalue of A's training "
+                           "covariance (0 = least squares)."),
+    "ridge_folds": option(5, Integer(ge=2), "ridge_r2 cross-validation folds (sample i in fold i mod k). ridge_r2 "
+                          "is directional: rows (A) predict columns (B)."),
+    "rsa_distance": option("correlation", Choice(RSA_DISTANCES), "rsa: dissimilarity between two samples' "
+                           "activations."),
+    "rsa_compare": option("spearman", Choice(RSA_COMPARES), "rsa: how two RDMs' upper triangles are compared."),
+}
+
+
+def measure_setting(name: str) -> Any:
+    """The dataclass field of measure setting ``name``, as :data:`MEASURE_SETTINGS` declares it."""
+    return MEASURE_SETTINGS[name]
+
+
+def measure_setting_declaration(name: str) -> Declaration:
+    """The declaration (constraint, help) of measure setting ``name``."""
+    return MEASURE_SETTINGS[name].metadata["simkit_option"]
+
+
+def null_help() -> str:
+    """The ``--null`` help, from the catalogue's chance rules (so it cannot drift from them)."""
+    def names(mode: str, kind: str) -> str:
+        chosen = [m for m in METRICS if chance_kind(m, mode) == kind]
+        return ", ".join(chosen) if chosen else "none"
+
+    return ("Permutations of B's samples for a null band, for every measure (0 = none). Default: each measure's "
+            f"chance level as the catalogue says: a cheap null of {DEFAULT_NULL} permutations for "
+            f"{names('minibatch', 'null')} in minibatch mode; a closed form (no permutations) for "
+            f"{names('exact', 'closed')} in exact mode (cca only without --cca-eps); "
+            f"{DEFAULT_SAMPLED_NULL} permutations of the stored activations for the others.")
 
 
 def strategy(name: str, mode: str) -> str:

@@ -38,8 +38,8 @@ from torch import Tensor, nn
 
 from simkit.errors import SimkitError, closest, unknown_name_error
 from simkit.forward import eval_mode, run_model, take
+from simkit.settings.compare import REDUCTIONS
 
-REDUCTIONS = ("auto", "flatten", "mean", "cls", "last")
 LAYOUTS = ("channels", "tokens")
 LAYERS_HINT = "run `simkit layers MODEL` to list them"
 # Residual building blocks by class name (torchvision and timm): ResNet/ResNeXt, MobileNet, EfficientNet,

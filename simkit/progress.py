@@ -14,7 +14,7 @@ share of the run still to do over the share done.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -232,3 +232,9 @@ def phase(label: str, parts: Mapping[str, str] | None = None) -> None:
     ``{description of a loop's bar: label}`` of the phase (see :class:`Overall`)."""
     if _ACTIVE:
         _ACTIVE[-1].phase(label, parts)
+
+
+def seed_position(seed: int, seeds: Sequence[int]) -> str:
+    """`` · seed 2 of 3`` (``seed``'s place among the run's ``seeds``) for a phase label of the overall bar
+    when several seeds run, else nothing."""
+    return f" · seed {list(seeds).index(seed) + 1} of {len(seeds)}" if len(seeds) > 1 else ""

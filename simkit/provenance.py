@@ -1,4 +1,5 @@
-"""What every run directory records about how it was made: command, versions, seeds, timings."""
+"""What every run directory records about how it was made: command, versions, seeds, timings, and what
+the models' weights were (:func:`weights_of`, :func:`weights_words`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import sys
 import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # torch stays off the import path of the base (the CLI's --help)
+    from torch import nn
 
 
 def _simkit_version() -> str:
@@ -60,3 +64,20 @@ class Timer:
             yield
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+
+def weights_of(model: nn.Module) -> str:
+    """What a model's weights are, for reports: "random init, seed 0", the weights file, "pretrained
+    (the hf: directory)" (from ``simkit.models.load_model``), else "as given (a module simkit did not load)"."""
+    weights = getattr(model, "simkit_weights", None)
+    if not isinstance(weights, str):
+        return "as given (a module simkit did not load)"
+    seed = getattr(model, "simkit_seed", None)
+    return f"{weights}, seed {seed}" if weights == "random init" and isinstance(seed, int) else weights
+
+
+def weights_words(model: nn.Module, epochs: float = 0, seeds: int = 1) -> str:
+    """:func:`weights_of` for a runner's report: the (first seed's) model's weights, "(the first of N
+    seeds …)" when each seed builds its own, then ", then trained here for E epochs" when the run did."""
+    words = weights_of(model) + (f" (the first of {seeds} seeds, each built with its own)" if seeds > 1 else "")
+    return f"{words}, then trained here for {epochs:g} epoch{'' if epochs == 1 else 's'}" if epochs > 0 else words

@@ -349,9 +349,30 @@ class GraftResult(RunResult):
     required_columns: ClassVar[dict[str, tuple[str, ...]]] = {"e1": ("gate", "mismatches")}
 
 
+@dataclass
+class TrendResult(RunResult):
+    """Similarity over training steps: a model (``simkit.Monitor``) or a checkpoint series (``simkit trend``)
+    against a reference, per layer.
+
+    tables: ``steps`` (step, metric, layer, reference_layer, depth, reference_depth, value, chance[, null_p95],
+    beats_chance: one row per measured step × metric × layer pair) and ``convergence`` (metric, layer,
+    reference_layer, depth, reference_depth, final_value, stable_step, final_step: the first step from which
+    the pair stays within ``delta`` of its final value).
+    summary: reference, metrics, layers, reference_layers, steps (how many), first_step, last_step, delta,
+    stable_steps (layer → step, the first metric's same-position pairs), convergence_order (bottom-up,
+    top-down, together, mixed or unknown), depth_rank_correlation, probe_samples, data, model.
+    """
+
+    kind: ClassVar[str] = "trend"
+    main_table: ClassVar[str] = "steps"
+    required_columns: ClassVar[dict[str, tuple[str, ...]]] = {
+        "steps": ("step", "metric", "layer", "reference_layer", "value"),
+        "convergence": ("metric", "layer", "stable_step")}
+
+
 # The one table of result kinds: kind name (result.json "kind", the report template's name) → class.
 RESULT_KINDS: dict[str, type[RunResult]] = {cls.kind: cls for cls in (
-    CompareResult, StudyResult, ConvertResult, StitchResult, LinearizeResult, GraftResult)}
+    CompareResult, StudyResult, ConvertResult, StitchResult, LinearizeResult, GraftResult, TrendResult)}
 
 
 def text_columns(frame: pd.DataFrame) -> list[str]:

@@ -275,7 +275,12 @@ def _complete_torch_file(path: Path) -> bool:
 def discard_unused_runs() -> None:
     """Remove the run directories that fresh runs of this process created and left holding nothing
     but inputs.json (a run that failed on bad input, or was interrupted before its first checkpoint),
-    with the parent directories created for them. Anything else in them keeps them where they are."""
+    with the parent directories created for them, and those it claimed and left empty. Anything else in
+    them keeps them where they are."""
+    for path, made in list(_claimed):
+        if made and path.is_dir() and run_dir_listing(path) == [INPUTS_FILE]:  # created by this command
+            _unlink(path / INPUTS_FILE)
+        _remove_if_empty(path, made)
     while _created:
         path, made = _created.pop()
         try:
@@ -290,8 +295,48 @@ def discard_unused_runs() -> None:
 
 
 def forget_runs() -> None:
-    """End of an invocation: the directories it created are no longer candidates for removal."""
+    """End of an invocation: the directories it created are no longer candidates for removal; a directory
+    it claimed (:func:`claim_run_dir`) and left empty is removed with the parents made for it."""
     _created.clear()
+    while _claimed:
+        path, made = _claimed.pop()
+        _remove_if_empty(path, made)
+
+
+# run directories claimed at the start of a command → the directories created to claim them (deepest first)
+_claimed: list[tuple[Path, list[Path]]] = []
+
+
+def claim_run_dir(path: str | Path, command: str) -> None:
+    """Make run directory ``path`` this command's from its first moment, before any model is loaded: create
+    it if missing and take its lock (:func:`take_lock`), so a second run into a busy directory is refused
+    at once, naming the holder. Nothing is left behind by a run that ends without writing: the directory
+    (and the parents made for it) is removed again when it is still empty (:func:`forget_runs`,
+    :func:`discard_unused_runs`)."""
+    path = Path(path)
+    made = [p for p in (path, *path.parents) if not _exists(p)]  # deepest first
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _remove_empty(made)
+        raise SimkitError(f"cannot create `run_dir` {path} ({exc.strerror}); choose another `run_dir`") from None
+    try:
+        take_lock(path, command)
+    except BaseException:
+        _remove_empty(made)
+        raise
+    _claimed.append((path, made))
+
+
+def _remove_if_empty(path: Path, made: list[Path]) -> None:
+    """Release ``path``'s lock and remove the directories ``made`` for it when ``path`` holds nothing else."""
+    try:
+        if not path.is_dir() or run_dir_listing(path):
+            return
+        release_lock(path)
+        _remove_empty(made)
+    except OSError:
+        return
 
 
 def run_dir_listing(path: Path) -> list[str]:

@@ -1,8 +1,9 @@
-"""Suite-wide guards."""
+"""Suite-wide guards and shared fixtures (plain helpers to import are in tests/helpers.py)."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from simkit.training.denormals import denormals_flushed
 
@@ -26,3 +27,13 @@ def data_spec(tmp_path_factory):
     np.save(folder / "x.npy", x)
     np.save(folder / "y.npy", y)
     return f"npy:{folder / 'x.npy'},labels={folder / 'y.npy'}"
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Torch on one thread for the whole module (tiny models: one thread is faster, and much faster when
+    the cores are busy). A module opts in with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -6,10 +6,9 @@
 """
 
 from simkit.conversion.plans import Replacement, ReplacementPlan, Slot
-from simkit.conversion.recipes import RECIPES, load_plan_file
+from simkit.conversion.recipes import load_plan_file
 from simkit.conversion.runner import convert
-from simkit.conversion.schedules import SCHEDULES
-from simkit.conversion.settings import BASELINES, GUIDE_INITS, ConvertSettings
+from simkit.settings.convert import BASELINES, GUIDE_INITS, RECIPES, SCHEDULES, ConvertSettings
 
 __all__ = ["BASELINES", "GUIDE_INITS", "RECIPES", "SCHEDULES", "ConvertSettings", "Replacement",
            "ReplacementPlan", "Slot", "convert", "load_plan_file"]

@@ -29,11 +29,11 @@ from simkit.conversion.schedules import (
     plan_stages,
     run_stage,
 )
-from simkit.conversion.settings import ConvertSettings
 from simkit.conversion.task import Inputs
 from simkit.errors import SimkitError
 from simkit.metrics.cka import linear_cka
 from simkit.seeding import derive_seed
+from simkit.settings.convert import ConvertSettings
 from simkit.training import recalibrate_batchnorm
 
 

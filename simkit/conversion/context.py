@@ -21,14 +21,16 @@ import torch
 from torch import Tensor, nn
 
 from simkit.conversion.finetune import score
-from simkit.conversion.settings import LOSS_NAMES, ConvertSettings, unique
 from simkit.conversion.task import Inputs, Task, rows
 from simkit.metrics.losses import alignment_loss
 from simkit.provenance import Timer
+from simkit.settings.convert import ConvertSettings
 from simkit.training import TrainConfig, TrainHistory, ValidationMonitor, fit
 
 CURVE_POINTS = 200  # loss-curve points kept per training phase (the full logs are in <name>.log.csv)
 EVAL_BATCH = 512  # batch size of the scores (accuracy, perplexity)
+#: the name in ``simkit.metrics.losses`` of each alignment metric (``simkit.settings.convert.ALIGNMENT_METRICS``)
+LOSS_NAMES = {"linear_cka": "cka", "unbiased_cka": "unbiased_cka", "dmnn": "dmnn"}
 
 FitCall = Callable[[nn.Module, Callable[..., Tensor], tuple[Tensor, ...], list[nn.Parameter]], TrainHistory]
 
@@ -82,9 +84,9 @@ class Sweep:
 
     @classmethod
     def of(cls, settings: ConvertSettings) -> Sweep:
-        """The lists of ``settings`` without duplicates (losses: see :meth:`resolve_losses`)."""
-        return cls(unique(settings.schedule), unique(settings.metric), unique(settings.guide_init),
-                   unique(settings.baselines), settings.ranks)
+        """The lists of ``settings`` (validated: without duplicates; losses: see :meth:`resolve_losses`)."""
+        return cls(list(settings.schedule), list(settings.metric), list(settings.guide_init),
+                   list(settings.baselines), settings.ranks)
 
     def resolve_losses(self) -> None:
         """The alignment loss of every metric (by its catalogue name)."""

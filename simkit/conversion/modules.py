@@ -41,7 +41,8 @@ class LowRankLinear(nn.Module):
         return f"in_shape={self.in_shape}, out_shape={self.out_shape}, rank={self.rank}"
 
 
-CELLS = {"gru": nn.GRU, "lstm": nn.LSTM, "rnn": nn.RNN}
+#: the torch module of each recurrent cell (``simkit.settings.convert.CELLS``)
+CELL_MODULES = {"gru": nn.GRU, "lstm": nn.LSTM, "rnn": nn.RNN}
 
 
 class RecurrentBlock(nn.Module):
@@ -54,11 +55,11 @@ class RecurrentBlock(nn.Module):
 
     def __init__(self, d: int, hidden: int | None = None, cell: str = "gru") -> None:
         super().__init__()
-        if cell not in CELLS:
-            raise SimkitError(f"unknown recurrent cell {cell!r} (`cell`); use one of {', '.join(CELLS)}")
+        if cell not in CELL_MODULES:
+            raise SimkitError(f"unknown recurrent cell {cell!r} (`cell`); use one of {', '.join(CELL_MODULES)}")
         hidden = hidden or d
         self.norm = nn.LayerNorm(d)
-        self.rnn = CELLS[cell](d, hidden, batch_first=True)
+        self.rnn = CELL_MODULES[cell](d, hidden, batch_first=True)
         self.proj = nn.Linear(hidden, d)
 
     def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:

@@ -40,8 +40,8 @@ from simkit.conversion.plans import Replacement, ReplacementPlan, Slot
 from simkit.errors import SimkitError, unknown_name_error
 from simkit.models.vit import Readout, TokenMLP
 from simkit.seeding import derive_seed
+from simkit.settings.convert import RECIPES
 
-RECIPES = ("conv-to-mlp", "deep-to-shallow", "attention-to-rnn", "attention-to-mlp")
 ATTENTION_NAMES = ("attn", "attention", "self_attn")
 BLOCK_CONTAINERS = ("blocks", "layers", "features", "model.layers")
 

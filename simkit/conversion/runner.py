@@ -49,21 +49,20 @@ from simkit.conversion.context import EVAL_BATCH, Fitter, Rows, RunContext, Spli
 from simkit.conversion.finetune import score, train_task
 from simkit.conversion.modules import fresh_copy
 from simkit.conversion.plans import ReplacementPlan, Slot, resolve_plan
-from simkit.conversion.recipes import RECIPES, block_count, find_blocks, make_plan
+from simkit.conversion.recipes import block_count, find_blocks, make_plan
 from simkit.conversion.schedules import GuideCache, guide_cache, plan_stages
-from simkit.conversion.settings import ConvertSettings
 from simkit.conversion.summary import aggregate, combine, headline
 from simkit.conversion.task import Inputs, Task, rows, run_model, take
 from simkit.data import Dataset, check_finite
 from simkit.engine import compare
-from simkit.engine.comparison import weights_words
 from simkit.errors import SimkitError, unknown_name_error
 from simkit.forward import ModelSource, build_model, check_accepts, resolve_device, to_device
-from simkit.progress import overall_progress, phase
-from simkit.provenance import Timer, run_meta
+from simkit.progress import overall_progress, phase, seed_position
+from simkit.provenance import Timer, run_meta, weights_words
 from simkit.results import ConvertResult
 from simkit.rundir import RunDir, fingerprint, open_run_dir
 from simkit.seeding import derive_seed
+from simkit.settings.convert import RECIPES, ConvertSettings
 from simkit.training.denormals import flush_denormals
 
 PlanEntry = tuple[ReplacementPlan, list[Slot], str]  # (plan, its resolved slots, head) of one rank
@@ -371,7 +370,7 @@ def _guide_phase(ctx: RunContext, guide: nn.Module, rows_: Rows, outcome: _Outco
     validation split."""
     settings, task = ctx.settings, ctx.task
     if settings.train_guide:
-        phase(f"guide training{_of_seeds(ctx)}")
+        phase(f"guide training{seed_position(ctx.seed, ctx.settings.seed_list())}")
         with ctx.timed("guide"):
             mon = ctx.monitor(guide)
             fit_guide = ctx.fit("guide", epochs=settings.train_guide,
@@ -470,12 +469,6 @@ def _phase_count(settings: ConvertSettings, sweep: Sweep) -> int:
     return len(settings.seed_list()) * ((settings.train_guide > 0) + _arm_count(sweep) + baselines)
 
 
-def _of_seeds(ctx: RunContext) -> str:
-    """`` · seed 2 of 3`` for the overall bar when several seeds run, else nothing."""
-    seeds = ctx.settings.seed_list()
-    return f" · seed {seeds.index(ctx.seed) + 1} of {len(seeds)}" if len(seeds) > 1 else ""
-
-
 def _arm_phase(ctx: RunContext, arm: Arm, number: int) -> None:
     """The overall bar's phase of the ``number``-th arm of a seed, its parts named by the training calls'
     descriptions (:func:`simkit.conversion.arm.convert_arm`): "stage 2 of 3 · arm 1 of 4", head, fine-tuning."""
@@ -483,13 +476,14 @@ def _arm_phase(ctx: RunContext, arm: Arm, number: int) -> None:
     suffix = ctx.fit.suffix
     parts = {f"{arm.prefix}-{stage.name}{suffix}": f"stage {i} of {len(stages)}" for i, stage in enumerate(stages, 1)}
     parts.update({f"{arm.prefix}-head{suffix}": "head", f"{arm.prefix}-finetune{suffix}": "fine-tuning"})
-    phase(f"arm {number} of {_arm_count(ctx.sweep)}{_of_seeds(ctx)}", parts)
+    phase(f"arm {number} of {_arm_count(ctx.sweep)}{seed_position(ctx.seed, ctx.settings.seed_list())}", parts)
 
 
 def _baseline_phase(ctx: RunContext, kind: str, guide_init: str = "") -> None:
     """The overall bar's phase of a baseline that runs (``kind`` in the baselines asked for)."""
     if kind in ctx.sweep.baselines:
-        phase(f"{kind} baseline{f' (guide {guide_init})' if guide_init else ''}{_of_seeds(ctx)}")
+        of_guide = f" (guide {guide_init})" if guide_init else ""
+        phase(f"{kind} baseline{of_guide}{seed_position(ctx.seed, ctx.settings.seed_list())}")
 
 
 def _random_guide(guide: nn.Module, seed: int, inputs: Inputs, batch_size: int) -> nn.Module:

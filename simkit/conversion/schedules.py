@@ -31,9 +31,8 @@ from simkit.conversion.task import Inputs, logits_of, rows, run_model, take
 from simkit.errors import SimkitError, unknown_name_error
 from simkit.forward import eval_mode
 from simkit.layers import select_output
+from simkit.settings.convert import SCHEDULES
 from simkit.training import TrainHistory
-
-SCHEDULES = ("progressive", "sequential", "independent", "joint")
 
 
 @dataclass(frozen=True)

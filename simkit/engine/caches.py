@@ -17,14 +17,13 @@ from torch import nn
 
 from simkit import distributed
 from simkit.engine.batches import check_batch_size, count_rows, data_label, global_batches, steps
-from simkit.engine.comparison import weights_of
 from simkit.engine.sources import FORMAT, MANIFEST, Tap
 from simkit.errors import SimkitError
 from simkit.forward import resolve_device
 from simkit.io import atomic_write, write_json
 from simkit.layers import resolve_layers
 from simkit.progress import progress_bar
-from simkit.provenance import run_meta
+from simkit.provenance import run_meta, weights_of
 from simkit.rundir import check_run_path, release_lock, take_lock
 
 
@@ -61,8 +60,8 @@ class SampleDigest:
         return self.hash.hexdigest(), "inputs"
 
 
-def capture(model: nn.Module, data: Any, out: str | Path, *, layers: str | Sequence[str] = "blocks",
-            reduce: str = "auto", batch_size: int = 64, n: int | None = None,
+def capture(model: nn.Module, data: Any, out: str | Path, *,
+            layers: str | Sequence[str] = "blocks", reduce: str = "auto", batch_size: int = 64, n: int | None = None,
             device: str | torch.device = "cpu", output_index: Any = None, shard_bytes: int = 256 * 2**20,
             dtype: torch.dtype = torch.float32, model_name: str = "model", data_name: str | None = None,
             seed: int = 0, progress: bool = True, data_seed: int | None = None) -> Path:
@@ -82,6 +81,43 @@ def capture(model: nn.Module, data: Any, out: str | Path, *, layers: str | Seque
         raise SimkitError(f"`model` must be an nn.Module, got {type(model).__name__}")
     if isinstance(data, str):
         raise SimkitError(f"`data` is a spec string ({data!r}); load it first with simkit.data.load_data(spec)")
+    check_capture(batch_size, n, shard_bytes)
+    resolved = resolve_device(device)
+    chosen = resolve_layers(model, layers)
+    path = Path(out)
+    check_run_path(path, "out")
+    model.to(resolved)
+    writer = CacheWriter(path, chosen, shard_bytes)
+    started = time.perf_counter()
+    digest = SampleDigest(data)
+    bar = progress_bar(progress)
+    task = bar.add_task("capture", total=steps(count_rows(data), n, batch_size))
+    with Tap(model, chosen, model_name, reduce=reduce, output_index=output_index, device=resolved) as tap, bar:
+        for _, batch in global_batches(data, batch_size, n):
+            digest.add(batch)
+            writer.add([a.detach().to("cpu", dtype) for a in tap.step(batch)])
+            bar.advance(task)
+        writer.flush()
+        layer_rows = tap.layer_rows("a", writer.dims) if writer.rows else []
+    if not writer.rows:
+        raise SimkitError("the data yielded no samples; check `data` and `n`")
+    samples_sha256, digest_of = digest.result(writer.rows)
+    dtype_of_model = getattr(model, "simkit_dtype", None)
+    manifest = run_meta(
+        format=FORMAT, model=model_name, weights=weights_of(model), data=data_label(data, data_name), n=writer.rows,
+        seed=seed, **({} if data_seed is None else {"data_seed": data_seed}),
+        samples_sha256=samples_sha256, samples_digest_of=digest_of,
+        batch_size=batch_size, reduce=reduce, dtype=str(dtype).replace("torch.", ""),
+        **({} if dtype_of_model is None else {"model_dtype": dtype_of_model}),
+        layers=[{k: v for k, v in row.items() if k != "model"} for row in layer_rows],
+        shards=writer.shards, seconds=round(time.perf_counter() - started, 3),
+    )
+    writer.finish(manifest)
+    return path
+
+
+def check_capture(batch_size: int, n: int | None, shard_bytes: int) -> None:
+    """The sizes of a capture (``batch_size``, ``n``, ``shard_bytes``), and one process only."""
     check_batch_size(batch_size)
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise SimkitError(f"`n` must be a positive integer (or None for all samples), got {n!r}")
@@ -89,72 +125,57 @@ def capture(model: nn.Module, data: Any, out: str | Path, *, layers: str | Seque
         raise SimkitError(f"`shard_bytes` must be a positive integer, got {shard_bytes!r}")
     if distributed.is_distributed():
         raise SimkitError("simkit capture runs in one process; launch it without torchrun")
-    resolved = resolve_device(device)
-    chosen = resolve_layers(model, layers)
-    path = Path(out)
-    check_run_path(path, "out")
-    started_writing = False
 
-    def start_writing() -> None:
-        """The first write, once the first batch went through: an earlier cache there stops being one."""
-        nonlocal started_writing
-        if not started_writing:
-            try:
-                path.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise SimkitError(f"cannot create the cache directory {path} ({exc.strerror}); choose "
-                                  "another `out`") from None
-            take_lock(path, "capture")  # one writer at a time; released by the command or below
-            (path / MANIFEST).unlink(missing_ok=True)
-            started_writing = True
 
-    model.to(resolved)
-    shards: list[dict[str, Any]] = []
-    pending: list[list[torch.Tensor]] = []
-    pending_bytes = 0
-    rows = 0
-    dims: list[int] = []
-    started = time.perf_counter()
+class CacheWriter:
+    """The shards of a cache written as activations arrive, about ``shard_bytes`` each. The first write
+    takes the directory (created, locked for this writer, an earlier cache's manifest removed, so it stops
+    being a cache); :meth:`finish` writes the manifest last and releases the lock."""
 
-    def flush() -> None:
-        nonlocal pending, pending_bytes
-        if not pending:
+    def __init__(self, path: Path, layers: Sequence[str], shard_bytes: int):
+        self.path, self.layers, self.shard_bytes = path, list(layers), shard_bytes
+        self.shards: list[dict[str, Any]] = []
+        self.pending: list[list[torch.Tensor]] = []
+        self.pending_bytes = self.rows = 0
+        self.dims: list[int] = []
+        self.started = False
+
+    def start(self) -> None:
+        """The first write (once): create and lock the directory, remove an earlier manifest."""
+        if self.started:
             return
-        tensors = {name: torch.cat([part[i] for part in pending]).contiguous() for i, name in enumerate(chosen)}
-        name = f"shard-{len(shards):05d}.safetensors"
-        atomic_write(path / name, lambda p: save_file(tensors, str(p)))
-        shards.append({"file": name, "rows": int(next(iter(tensors.values())).shape[0])})
-        pending, pending_bytes = [], 0
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SimkitError(f"cannot create the cache directory {self.path} ({exc.strerror}); choose "
+                              "another `out`") from None
+        take_lock(self.path, "capture")  # one writer at a time; released by the command or by finish
+        (self.path / MANIFEST).unlink(missing_ok=True)
+        self.started = True
 
-    digest = SampleDigest(data)
-    bar = progress_bar(progress)
-    task = bar.add_task("capture", total=steps(count_rows(data), n, batch_size))
-    with Tap(model, chosen, model_name, reduce=reduce, output_index=output_index, device=resolved) as tap, bar:
-        for _, batch in global_batches(data, batch_size, n):
-            digest.add(batch)
-            acts = [a.detach().to("cpu", dtype) for a in tap.step(batch)]
-            start_writing()
-            dims = [int(a.shape[1]) for a in acts]
-            pending.append(acts)
-            pending_bytes += sum(a.numel() * a.element_size() for a in acts)
-            rows += int(acts[0].shape[0])
-            if pending_bytes >= shard_bytes:
-                flush()
-            bar.advance(task)
-        flush()
-        layer_rows = tap.layer_rows("a", dims) if rows else []
-    if not rows:
-        raise SimkitError("the data yielded no samples; check `data` and `n`")
-    start_writing()
-    samples_sha256, digest_of = digest.result(rows)
-    manifest = run_meta(
-        format=FORMAT, model=model_name, weights=weights_of(model), data=data_label(data, data_name), n=rows,
-        seed=seed, **({} if data_seed is None else {"data_seed": data_seed}),
-        samples_sha256=samples_sha256, samples_digest_of=digest_of,
-        batch_size=batch_size, reduce=reduce, dtype=str(dtype).replace("torch.", ""),
-        layers=[{k: v for k, v in row.items() if k != "model"} for row in layer_rows],
-        shards=shards, seconds=round(time.perf_counter() - started, 3),
-    )
-    write_json(path / MANIFEST, manifest)
-    release_lock(path)
-    return path
+    def add(self, acts: list[torch.Tensor]) -> None:
+        """One batch: one (b, d) CPU tensor per layer, in layer order."""
+        self.start()
+        self.dims = [int(a.shape[1]) for a in acts]
+        self.pending.append(acts)
+        self.pending_bytes += sum(a.numel() * a.element_size() for a in acts)
+        self.rows += int(acts[0].shape[0])
+        if self.pending_bytes >= self.shard_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the pending batches as one shard."""
+        if not self.pending:
+            return
+        tensors = {name: torch.cat([part[i] for part in self.pending]).contiguous()
+                   for i, name in enumerate(self.layers)}
+        name = f"shard-{len(self.shards):05d}.safetensors"
+        atomic_write(self.path / name, lambda p: save_file(tensors, str(p)))
+        self.shards.append({"file": name, "rows": int(next(iter(tensors.values())).shape[0])})
+        self.pending, self.pending_bytes = [], 0
+
+    def finish(self, manifest: dict[str, Any]) -> None:
+        """Write ``manifest`` (the cache is complete from then on) and release the directory."""
+        self.start()
+        write_json(self.path / MANIFEST, manifest)
+        release_lock(self.path)

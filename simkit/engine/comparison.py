@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from simkit import distributed
+from simkit.engine.arrays import IMPORTED, compare_arrays
 from simkit.engine.assemble import Run, compare_result, selector
 from simkit.engine.batches import count_rows, data_label, steps
 from simkit.engine.measure import measure
@@ -32,6 +33,7 @@ from simkit.forward import resolve_device
 from simkit.layers import resolve_layers
 from simkit.metrics.settings import CompareSettings, resolve_settings
 from simkit.progress import progress_bar
+from simkit.provenance import weights_of
 from simkit.results import CompareResult
 
 
@@ -56,23 +58,6 @@ def check_data(data: Any) -> Any:
     if isinstance(data, str):
         raise SimkitError(f"`data` is a spec string ({data!r}); load it first with simkit.data.load_data(spec)")
     return data
-
-
-def weights_of(model: nn.Module) -> str:
-    """What a model's weights are, for reports: "random init, seed 0", the weights file, "pretrained
-    (the hf: directory)" (from ``simkit.models.load_model``), else "as given (a module simkit did not load)"."""
-    weights = getattr(model, "simkit_weights", None)
-    if not isinstance(weights, str):
-        return "as given (a module simkit did not load)"
-    seed = getattr(model, "simkit_seed", None)
-    return f"{weights}, seed {seed}" if weights == "random init" and isinstance(seed, int) else weights
-
-
-def weights_words(model: nn.Module, epochs: float = 0, seeds: int = 1) -> str:
-    """:func:`weights_of` for a runner's report: the (first seed's) model's weights, "(the first of N
-    seeds …)" when each seed builds its own, then ", then trained here for E epochs" when the run did."""
-    words = weights_of(model) + (f" (the first of {seeds} seeds, each built with its own)" if seeds > 1 else "")
-    return f"{words}, then trained here for {epochs:g} epoch{'' if epochs == 1 else 's'}" if epochs > 0 else words
 
 
 def _seeds_of(model_a: nn.Module, model_b: nn.Module, data: Any = None) -> dict[str, int]:
@@ -144,14 +129,29 @@ def compare(model_a: nn.Module, model_b: nn.Module, data: Any, settings: Compare
                            names_b=[f"{name!r} ({names[1]})" for name in chosen_b], progress=progress,
                            expected_rows=_expected_rows(count_rows(data), chosen.n))
     seconds = time.perf_counter() - started
+    dtypes = _dtypes_of(model_a, model_b)
     run = Run(given.updated(**changes), chosen, str(target),
               {"layers_a": selector(layers_a), "layers_b": selector(layers_b), "reduce": reduce,
-               "output_index": output_index}, _seeds_of(model_a, model_b, data))
-    return compare_result(run, measured, model_a=names[0], model_b=names[1], data=data_label(data, data_name),
-                          layers_a=chosen_a, layers_b=chosen_b, layer_rows=taps.layer_rows(measured),
-                          seconds=seconds, timings={"forward": taps.forward_seconds()},
-                          weights=(weights_of(model_a), weights_of(model_b)),
-                          specs={"model_a": _spec_of(model_a, names[0]), "model_b": _spec_of(model_b, names[1])})
+               "output_index": output_index, **({"dtype": dtypes} if dtypes else {})},
+              _seeds_of(model_a, model_b, data))
+    result = compare_result(run, measured, model_a=names[0], model_b=names[1], data=data_label(data, data_name),
+                            layers_a=chosen_a, layers_b=chosen_b, layer_rows=taps.layer_rows(measured),
+                            seconds=seconds, timings={"forward": taps.forward_seconds()},
+                            weights=(weights_of(model_a), weights_of(model_b)),
+                            specs={"model_a": _spec_of(model_a, names[0]), "model_b": _spec_of(model_b, names[1])})
+    if dtypes:
+        result.summary["dtype"] = dtypes
+    return result
+
+
+def _dtypes_of(model_a: nn.Module, model_b: nn.Module) -> str | None:
+    """The dtype the models were loaded in (``simkit.models.load_model(..., dtype=...)``): one name when
+    both agree, else ``"X (A), Y (B)"``; None when neither was given one."""
+    given = [getattr(model, "simkit_dtype", None) for model in (model_a, model_b)]
+    if given == [None, None]:
+        return None
+    named = [str(d) if d else "as loaded" for d in given]
+    return named[0] if named[0] == named[1] else f"{named[0]} (A), {named[1]} (B)"
 
 
 def compare_caches(path_a: str | Path, path_b: str | Path, settings: CompareSettings | None = None, *,
@@ -167,6 +167,9 @@ def compare_caches(path_a: str | Path, path_b: str | Path, settings: CompareSett
     target = resolve_device(device)
     paths = [path_a, path_b]
     manifests = [read_manifest(path_a), read_manifest(path_b)]
+    if any(manifest.get("source") == IMPORTED for manifest in manifests):  # aligned by IDs or position
+        return compare_arrays(path_a, path_b, settings, layers_a=layers_a, layers_b=layers_b, device=device,
+                              progress=progress, names=names, **changes)
     check_same_samples(manifests, paths)
     chosen = [select_cached_layers(manifests[0], layers_a), select_cached_layers(manifests[1], layers_b)]
     started = time.perf_counter()

@@ -49,6 +49,20 @@ def _inputs_for(batch: Batch, device: torch.device, dtype: torch.dtype | None) -
     return move(batch)
 
 
+#: the half-precision dtypes a model may run in (``simkit.models.load_model(..., dtype=...)``)
+HALF = (torch.float16, torch.bfloat16)
+
+
+def upcast_half(acts: torch.Tensor, layer: str, label: str, dtype: torch.dtype) -> torch.Tensor:
+    """A half-precision layer's activations in float32 (the sums stay float64); an overflow (inf or NaN) is
+    a SimkitError naming the layer and a wider dtype."""
+    if not bool(torch.isfinite(acts).all()):
+        wider = "bfloat16 or float32" if dtype == torch.float16 else "float32"
+        raise SimkitError(f"layer {layer!r} of model {label} overflows in {str(dtype).replace('torch.', '')} (inf or "
+                          f"NaN in its activations); load the model with `dtype` {wider}")
+    return acts.float()
+
+
 class Tap:
     """One model's chosen layers recorded batch by batch (``simkit.layers.record_layers``), the model in
     eval mode; hooks and every module's train/eval flag are restored on ``close``."""
@@ -90,6 +104,8 @@ class Tap:
                 raise forward_error(exc, batch, f"model {self.label}") from exc
         self.forward_seconds += time.perf_counter() - start
         acts = self.recorder.pop()  # finiteness is checked by the accumulator, without another pass
+        if self.dtype in HALF:
+            return [upcast_half(acts[name], name, self.label, self.dtype) for name in self.layers]
         return [acts[name] for name in self.layers]
 
     def layer_rows(self, side: str, dims: list[int], layers: list[str] | None = None) -> list[dict[str, Any]]:
@@ -207,19 +223,24 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
 
 def select_cached_layers(manifest: dict[str, Any], selector: str | Sequence[str]) -> list[str]:
     """Cached layer names chosen by names and globs (``blocks`` = every cached layer), in cache order."""
-    names = [layer["name"] for layer in manifest["layers"]]
+    return select_names([layer["name"] for layer in manifest["layers"]], selector, "cached layer",
+                        f"the cache of {manifest['model']}")
+
+
+def select_names(names: Sequence[str], selector: str | Sequence[str], kind: str, owner: str) -> list[str]:
+    """Names out of ``names`` chosen by names and globs (``blocks`` or ``all`` = every name), in the order of
+    ``names``; a part that matches nothing is a SimkitError naming the ``kind`` and what ``owner`` holds."""
     parts = selector.split(",") if isinstance(selector, str) else list(selector)
     chosen: list[str] = []
     for part in (p.strip() for p in parts):
         if part in ("blocks", "all"):
-            hits = names
+            hits = list(names)
         elif any(ch in part for ch in "*?["):
             hits = [name for name in names if fnmatch.fnmatchcase(name, part)]
         else:
             hits = [part] if part in names else []
         if not hits:
-            raise unknown_name_error("cached layer", part, names,
-                                     f"the cache of {manifest['model']} holds: {', '.join(names[:8])}")
+            raise unknown_name_error(kind, part, names, f"{owner} holds: {', '.join(names[:8])}")
         chosen += [h for h in hits if h not in chosen]
     return chosen
 

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from simkit.engine.arrays import MEMORY, Side, align, as_source, is_imported, stream_sides
 from simkit.engine.assemble import Run, study_result
 from simkit.engine.comparison import cache_activations
 from simkit.engine.measure import Activations, measure
-from simkit.engine.sources import check_same_samples, read_manifest, select_cached_layers
+from simkit.engine.sources import check_same_samples, is_cache, read_manifest, select_cached_layers
 from simkit.engine.study_views import study_views
 from simkit.errors import SimkitError
 from simkit.forward import resolve_device
@@ -109,18 +111,23 @@ def check_names(names: Sequence[str], count: int) -> list[str]:
     return given
 
 
-def study(paths: Sequence[str | Path], settings: CompareSettings | None = None, *, pairing: str = "last",
+def study(paths: Sequence[Any], settings: CompareSettings | None = None, *, pairing: str = "last",
           device: str | torch.device = "cpu", progress: bool = True, names: Sequence[str] | None = None,
           **changes: Any) -> StudyResult:
     """Compare every pair of cached models (caches written by ``simkit.engine.capture``) at one layer
     each; the metrics run on ``device``; ``settings`` and keyword ``changes`` as in ``compare``. Returns a
     StudyResult (``.matrix(metric)`` is M × M; for the directional ``ridge_r2`` row models predict column
-    models). ``names``: one label per cache, for the tables and reports (default: the cache folders' names)."""
+    models). ``names``: one label per cache, for the tables and reports (default: the cache folders' names).
+    ``paths`` may mix caches with activations (files, directories, mappings of arrays, loaded sources:
+    ``simkit.engine.arrays``), matched by sample IDs when all have them, else by position."""
     given = settings or CompareSettings()
     chosen = resolve_settings(settings, changes)
     target = resolve_device(device)
     if isinstance(paths, str | Path) or len(paths) < 2:
         raise SimkitError("a study needs at least two caches in `paths`")
+    if not all(isinstance(p, str | Path) and is_cache(p) and not is_imported(p) for p in paths):
+        return study_sources(paths, Run(given.updated(**changes), chosen, str(target), {"pairing": pairing,
+                             "reduce": "auto"}, {}), pairing=pairing, progress=progress, names=names)
     manifests = [read_manifest(p) for p in paths]
     check_same_samples(manifests, paths)
     layers = pairing_layers(manifests, pairing)
@@ -138,6 +145,33 @@ def study(paths: Sequence[str | Path], settings: CompareSettings | None = None, 
         run, measured, labels=labels, layers=layers, models=[m["model"] for m in manifests],
         caches=[str(p) for p in paths], data=manifests[0]["data"], seconds=time.perf_counter() - started)
     return with_models_and_views(result, manifests, layers)
+
+
+def study_sources(entries: Sequence[Any], run: Run, *, pairing: str, progress: bool,
+                  names: Sequence[str] | None) -> StudyResult:
+    """A study over activation sources (``simkit.engine.arrays``): one pass over their aligned samples, one
+    layer each (``pairing``), the same result as a study of caches plus each source's provenance and the
+    ``samples`` alignment in the summary."""
+    target = torch.device(run.device)
+    started = time.perf_counter()
+    with ExitStack() as stack:
+        sources = [stack.enter_context(as_source(entry, f"paths[{i}]", label=f"arrays {i + 1}"))
+                   for i, entry in enumerate(entries)]
+        alignment = align(sources, run.settings.overlap())
+        views = [source.manifest_view() for source in sources]
+        layers = pairing_layers(views, pairing)
+        labels = model_labels([str(s.path or s.label) for s in sources]) if names is None else check_names(names, len(sources))
+        sides = [Side(source, [layer], index, "auto")
+                 for source, layer, index in zip(sources, layers, alignment.index, strict=True)]
+        stream = stream_sides(sides, alignment.matched, run.settings, target, progress, "study")
+        measured = measure((_both_sides(index, [side[0] for side in acts]) for index, acts in stream),
+                           run.settings, target, progress=progress)
+        result = study_result(run, measured, labels=labels, layers=layers, models=[s.label for s in sources],
+                              caches=[str(s.path) if s.path is not None else MEMORY for s in sources],
+                              data="activations", seconds=time.perf_counter() - started)
+        result.meta["sources"] = {label: s.origin() for label, s in zip(labels, sources, strict=True)}
+    result.summary["samples"] = alignment.record(labels)
+    return with_models_and_views(result, views, layers)
 
 
 def with_models_and_views(result: StudyResult, manifests: Sequence[dict[str, Any]],

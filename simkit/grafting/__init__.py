@@ -3,6 +3,6 @@ graft, E2 the three gate arms under SGD, E3 recompute cost against cone size, F3
 and resumed in a new process) on any model. The mutations themselves are :mod:`simkit.surgery`."""
 
 from simkit.grafting.runner import graft
-from simkit.grafting.settings import BUILTIN, GraftSettings
+from simkit.settings.graft import BUILTIN, GraftSettings
 
 __all__ = ["BUILTIN", "GraftSettings", "graft"]

@@ -30,11 +30,11 @@ from torch import nn
 
 from simkit.errors import SimkitError
 from simkit.forward import eval_mode
-from simkit.grafting.settings import E1_MIN_VALUES, GraftSettings
-from simkit.grafting.tasks import Task, save_task
+from simkit.grafting.tasks import E1_MIN_VALUES, Task, save_task
 from simkit.io import save_torch, write_json
 from simkit.progress import progress_bar
 from simkit.seeding import derive_seed
+from simkit.settings.graft import GraftSettings
 from simkit.surgery.branches import GatedResidual, MLPBranch
 from simkit.surgery.cone import CachedRunner, downstream_cone, find_node, original_target, trace
 from simkit.surgery.log import GraftLog

@@ -16,9 +16,9 @@ from pathlib import Path
 import torch
 
 from simkit.grafting.experiments import run_f3_training
-from simkit.grafting.settings import GraftSettings
 from simkit.grafting.tasks import load_task
 from simkit.io import write_json
+from simkit.settings.graft import GraftSettings
 
 
 def main(argv: list[str]) -> None:

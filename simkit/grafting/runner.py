@@ -21,17 +21,16 @@ from typing import Any
 from torch import nn
 
 from simkit.data import Dataset, check_finite
-from simkit.engine.comparison import weights_words
 from simkit.errors import SimkitError
 from simkit.forward import check_accepts
 from simkit.grafting import experiments
-from simkit.grafting.settings import BUILTIN, GraftSettings
 from simkit.grafting.tasks import check_rebuildable, is_builtin, make_task
 from simkit.grafting.verdict import verdict
 from simkit.models import load_model
-from simkit.provenance import Timer, run_meta
+from simkit.provenance import Timer, run_meta, weights_words
 from simkit.results import GraftResult
 from simkit.rundir import RunDir, fingerprint, open_run_dir
+from simkit.settings.graft import BUILTIN, GraftSettings
 from simkit.surgery.ops import get_module
 
 MARKOV_DATA = "markov-chain tokens (seeded)"

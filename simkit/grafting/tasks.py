@@ -29,18 +29,16 @@ from torch import Tensor, nn
 from simkit.data import Dataset
 from simkit.errors import SimkitError
 from simkit.forward import check_accepts, eval_mode
-from simkit.grafting.settings import (
-    BUILTIN_PROBE,
-    BUILTIN_SEQUENCES,
-    E1_MIN_VALUES,
-    USER_PROBE,
-    GraftSettings,
-)
 from simkit.io import save_torch
 from simkit.models.llama import TinyLlama
 from simkit.seeding import generator
+from simkit.settings.graft import GraftSettings
 
 LOSS_KINDS = ("next_token_cross_entropy", "cross_entropy", "mse_to_fixed_random_target")
+BUILTIN_SEQUENCES = 256  # Markov-chain sequences of the built-in model when `n` is None
+E1_MIN_VALUES = 1600  # the paper's E1: 0/1600 logit bit mismatches (spec §4)
+BUILTIN_PROBE = 8  # probe sequences of the built-in model, more when needed to reach E1_MIN_VALUES outputs
+USER_PROBE = 64  # probe samples of a user's data, more when needed to reach E1_MIN_VALUES outputs
 
 
 @dataclass

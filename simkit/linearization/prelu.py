@@ -23,9 +23,8 @@ from simkit.errors import SimkitError
 from simkit.layers import record_layers
 from simkit.linearization.slope import SlopeReLU
 from simkit.linearization.trace import dry_run, trace
+from simkit.settings.linearize import GRANULARITIES
 from simkit.surgery import printable_name, replace_module
-
-GRANULARITIES = ("channel", "layer")
 
 RELU_FUNCTIONS = {F.relu: False, torch.relu: False, torch.relu_: True, F.relu_: True}
 RELU_METHODS = {"relu": False, "relu_": True}

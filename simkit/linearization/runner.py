@@ -31,7 +31,6 @@ from torch import Tensor, nn
 
 from simkit.data import Dataset, check_finite
 from simkit.engine import compare
-from simkit.engine.comparison import weights_words
 from simkit.errors import SimkitError
 from simkit.forward import ModelSource, build_model, check_accepts, eval_mode, modes_kept, resolve_device
 from simkit.linearization.aggregate import aggregate_runs, mean_over_seeds
@@ -41,12 +40,12 @@ from simkit.linearization.matched import highest_matched, lowest_matched, matche
 from simkit.linearization.napl import PathLengths, path_lengths
 from simkit.linearization.prelu import explicit_relus, site_channels, swap_relus
 from simkit.linearization.recover import recover
-from simkit.linearization.settings import LinearizeSettings
 from simkit.linearization.slope import FREEZE_TOL, FreezeRule, SlopeReLU, slope_modules, slope_penalty
 from simkit.linearization.units import unit_statistics
-from simkit.provenance import run_meta
+from simkit.provenance import run_meta, weights_words
 from simkit.results import LinearizeResult
 from simkit.rundir import RunDir, fingerprint, open_run_dir
+from simkit.settings.linearize import LinearizeSettings
 from simkit.surgery import bit_mismatches
 from simkit.training import TrainConfig, TrainHistory, evaluate_accuracy, fit, train_classifier
 
@@ -144,8 +143,7 @@ def linearize(model: ModelSource, data: Dataset, settings: LinearizeSettings | N
     slope reached α = 1) is warned about (RuntimeWarning) and listed in ``summary["unchanged_runs"]``.
     """
     started = time.perf_counter()
-    settings = settings if settings is not None else LinearizeSettings()
-    settings.validate()
+    settings = (settings if settings is not None else LinearizeSettings()).validate()
     device = resolve_device(device)
     if isinstance(data, Dataset):
         check_finite(data)

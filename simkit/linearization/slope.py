@@ -21,8 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from simkit.errors import SimkitError
-
-FREEZE_TOL = 0.01
+from simkit.settings.linearize import FREEZE_TOL
 
 
 class SlopeReLU(nn.Module):

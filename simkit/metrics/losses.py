@@ -16,7 +16,7 @@ single point each — the guide's and the target's *nearest* neighbour ``g(i)``,
 
 so D-MNN → 0 when every point's nearest neighbour agrees across the two representations and grows like
 ``gap/τ`` otherwise; ``k`` only sets the support ``S_i`` and drops out of the limit. The k-NN overlap of
-neighbours 2..k is invisible to it. ``tests/test_losses.py`` checks this limit numerically, and an
+neighbours 2..k is invisible to it. ``tests/metrics/test_losses.py`` checks this limit numerically, and an
 example whose 10-NN overlap is below 1 while D-MNN → 0.
 
 The quantity that does approach the discrete mutual-k-NN score is :func:`soft_mutual_knn`: soft top-k

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from simkit.errors import SimkitError
 from simkit.metrics._checks import as_matrix, check_same_n, is_constant, rank_mask, warn_undefined
-from simkit.metrics.settings import check_folds, check_lambda
+from simkit.metrics.settings import check_setting
 
 #: the smallest ridge, relative to the trace of the training covariance, that :class:`FoldSolver` inverts by a
 #: Cholesky factor (condition number at most 1 + 1/CHOLESKY_MIN); below it, and without a ridge, by its
@@ -246,7 +246,7 @@ def ridge_r2(x, y, ridge_lambda: float = 1e-2, ridge_folds: int = 5) -> float:
 
     Directional (``ridge_r2(x, y) ≠ ridge_r2(y, x)``). NaN + warning for a constant input.
     """
-    lam, folds = check_lambda(ridge_lambda), check_folds(ridge_folds)
+    lam, folds = check_setting("ridge_lambda", ridge_lambda), check_setting("ridge_folds", ridge_folds)
     xt, yt = torch.as_tensor(x), torch.as_tensor(y)
     if xt.dim() >= 1 and yt.dim() >= 1:
         check_same_n(xt.shape[0], yt.shape[0])

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from simkit.errors import SimkitError
 from simkit.metrics._checks import CONSTANT_RTOL, as_matrix, check_same_n
-from simkit.metrics.settings import RSA_COMPARES, RSA_DISTANCES, check_choice
+from simkit.metrics.settings import check_setting
 
 #: memory budget of the one-shot :func:`rsa` (the accumulators use their ``memory_budget_bytes``)
 DEFAULT_BUDGET = 2**30
@@ -168,8 +168,8 @@ def rsa(x, y, rsa_distance: str = "correlation", rsa_compare: str = "spearman") 
     """
     import warnings
 
-    distance = check_choice(rsa_distance, "rsa_distance", RSA_DISTANCES)
-    compare = check_choice(rsa_compare, "rsa_compare", RSA_COMPARES)
+    distance = check_setting("rsa_distance", rsa_distance)
+    compare = check_setting("rsa_compare", rsa_compare)
     xt, yt = torch.as_tensor(x), torch.as_tensor(y)
     if xt.dim() >= 1 and yt.dim() >= 1:
         check_same_n(xt.shape[0], yt.shape[0])
@@ -199,7 +199,7 @@ def undefined_reason(distance: str, rdm_missing: bool) -> str:
 
 def rdm(x, rsa_distance: str = "correlation") -> Tensor:
     """The full RDM ``(n, n)`` float64 of ``x (n, p)`` (zero diagonal); NaN-filled when undefined."""
-    distance = check_choice(rsa_distance, "rsa_distance", RSA_DISTANCES)
+    distance = check_setting("rsa_distance", rsa_distance)
     xt = as_matrix(x, "x")
     n = len(xt)
     out = torch.zeros(n, n, dtype=torch.float64)

@@ -60,7 +60,7 @@ from simkit.metrics._checks import (
     rank_mask,
     warn_undefined,
 )
-from simkit.metrics.settings import MeasureSettings, check_alpha, check_eps, check_keep
+from simkit.metrics.settings import MeasureSettings, check_setting
 
 SHAPE_MEASURES = COVARIANCE_MEASURES  # the catalogue's measures computed from covariance spectra
 #: the measures that whiten (degenerate when a side's rank reaches n − 1, or both sides' ranks together
@@ -312,21 +312,21 @@ def cca(x, y, cca_eps: float = 0.0) -> float:
     NaN + warning when ``cca_eps = 0`` and a side's rank reaches ``n − 1`` or ``rank_x + rank_y > n − 1``
     (canonical correlations forced to 1, module docstring).
     """
-    return _one_shot(x, y, "cca", MeasureSettings(cca_eps=check_eps(cca_eps)))
+    return _one_shot(x, y, "cca", MeasureSettings(cca_eps=check_setting("cca_eps", cca_eps)))
 
 
 def svcca(x, y, svcca_keep: float = 0.99, cca_eps: float = 0.0) -> float:
     """SVCCA (Raghu et al.): mean canonical correlation of the top principal components explaining
     ``svcca_keep`` of each side's variance; ``x (n, p)``, ``y (n, q)`` → float in [0, 1]. NaN + warning when
     ``cca_eps = 0`` and a side keeps ``n − 1`` components or ``k_x + k_y > n − 1``."""
-    return _one_shot(x, y, "svcca", MeasureSettings(svcca_keep=check_keep(svcca_keep), cca_eps=check_eps(cca_eps)))
+    return _one_shot(x, y, "svcca", MeasureSettings(svcca_keep=check_setting("svcca_keep", svcca_keep), cca_eps=check_setting("cca_eps", cca_eps)))
 
 
 def pwcca(x, y, cca_eps: float = 0.0) -> float:
     """Projection-weighted CCA (Morcos et al.) of ``x (n, p)``, ``y (n, q)`` → float in [0, 1]; weights from
     the narrower side (X on ties): symmetric for unequal widths, not for equal ones. NaN + warning as
     :func:`cca`."""
-    return _one_shot(x, y, "pwcca", MeasureSettings(cca_eps=check_eps(cca_eps)))
+    return _one_shot(x, y, "pwcca", MeasureSettings(cca_eps=check_setting("cca_eps", cca_eps)))
 
 
 def shape_metric(x, y, shape_alpha: float = 0.5, cca_eps: float = 0.0) -> float:
@@ -341,7 +341,7 @@ def shape_metric(x, y, shape_alpha: float = 0.5, cca_eps: float = 0.0) -> float:
     degenerate CCA value, though, so when ``p + q`` approaches ``n`` use α well above 0 or ``cca_eps > 0``.
     """
     return _one_shot(x, y, "shape_metric",
-                     MeasureSettings(shape_alpha=check_alpha(shape_alpha), cca_eps=check_eps(cca_eps)))
+                     MeasureSettings(shape_alpha=check_setting("shape_alpha", shape_alpha), cca_eps=check_setting("cca_eps", cca_eps)))
 
 
 def cca_refusal(metrics: Sequence[str], dims_a: Sequence[int], dims_b: Sequence[int], n: int, cca_eps: float,

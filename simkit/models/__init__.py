@@ -4,7 +4,7 @@ See :mod:`simkit.models.loading` for the spec grammar and :mod:`simkit.models.sm
 module names.
 """
 
-from simkit.models.loading import HFModel, load_model, load_weights, save_model
+from simkit.models.loading import HFModel, load_model, load_weights, save_model, seeded_model_factory
 from simkit.models.zoo import ZOO
 
-__all__ = ["HFModel", "ZOO", "load_model", "load_weights", "save_model"]
+__all__ = ["HFModel", "ZOO", "load_model", "load_weights", "save_model", "seeded_model_factory"]

@@ -24,7 +24,7 @@ import json
 import re
 import warnings
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -35,19 +35,25 @@ from torch import nn
 from simkit.errors import SimkitError, unknown_name_error
 from simkit.io import atomic_write, write_json
 from simkit.models.zoo import ZOO, build_zoo, parse_kwargs, resolve
+from simkit.seeding import pair_seeds
+from simkit.settings.compare import DTYPES
 
 MODEL_SPEC_KINDS = ("torchvision:NAME", "timm:NAME", "hf:DIR", "file:PATH", "python:pkg.mod:callable", "simkit:NAME")
 SIDECAR_FORMAT = "simkit-model-1"
+PAIR_SIDES = ("model_a", "model_b")  # the models of a pair (simkit.seeding.pair_seeds)
 
 
 def load_model(spec: str, *, seed: int = 0, trust: bool = False, weights: str | None = None,
-               num_classes: int | None = None) -> nn.Module:
+               num_classes: int | None = None, dtype: str | torch.dtype | None = None) -> nn.Module:
     """The module named by ``spec``, in eval mode on the CPU (see the module docstring).
 
     Random initialisation is seeded by ``seed`` without disturbing the global torch generator. The
     module remembers ``spec`` as ``model.simkit_spec`` (what ``simkit.compare`` names it by default), the
     seed as ``model.simkit_seed`` and where its weights came from as ``model.simkit_weights``.
+    ``dtype`` (``float32``, ``bfloat16`` or ``float16``; None: the dtype of its file) casts its floating-point
+    weights after loading, whatever the loader, and is remembered as ``model.simkit_dtype``.
     """
+    cast = model_dtype(dtype)
     if not isinstance(spec, str) or ":" not in spec:
         raise SimkitError(f"model spec {spec!r} has no kind; valid kinds: {', '.join(MODEL_SPEC_KINDS)}")
     kind, _, rest = spec.partition(":")
@@ -66,10 +72,48 @@ def load_model(spec: str, *, seed: int = 0, trust: bool = False, weights: str | 
     pretrained = getattr(model, "simkit_weights", None) if kind == "torchvision" else None
     provenance = {"simkit_spec": spec, "simkit_seed": seed,
                   "simkit_weights": str(weights) if weights is not None else pretrained or _weights_of(kind)}
+    if cast is not None:
+        model.to(cast)
+        provenance["simkit_dtype"] = str(cast).replace("torch.", "")
     with contextlib.suppress(AttributeError, RuntimeError):  # a TorchScript module may refuse new attributes
         for name, value in provenance.items():
             object.__setattr__(model, name, value)  # plain attributes, not submodules or buffers
     return model.eval()
+
+
+def model_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    """``dtype`` (a name of :data:`~simkit.settings.compare.DTYPES` or a torch dtype) as a torch dtype."""
+    if dtype is None:
+        return None
+    name = str(dtype).replace("torch.", "")
+    if name not in DTYPES:
+        raise unknown_name_error("`dtype`", name, DTYPES, "valid: " + ", ".join(DTYPES))
+    return getattr(torch, name)
+
+
+def seeded_model_factory(spec: str, *, seed: int, trust: bool = False, weights: str | None = None,
+                         side: str | None = None) -> Callable[[int], nn.Module]:
+    """A model factory ``run seed -> nn.Module`` for the runners' ``seeds > 1`` (what
+    ``simkit.forward.ModelSource`` accepts): each run seed builds ``spec`` with :func:`load_model` at its
+    own model seed, so zoo, torchvision and timm specs get their own initialisation, while ``file:``,
+    ``hf:`` and a ``weights`` file load the same weights for every seed.
+
+    The model seed of run seed ``s`` is ``s``, or with ``side`` (``"model_a"``/``"model_b"``, the two
+    models of stitch and compare) ``simkit.seeding.pair_seeds(s)[side]`` (A: ``s``, B: ``s + 1``). The
+    model of ``seed`` (the run's first seed) is loaded now, so a bad spec or weights file fails before a
+    run starts, and that same module is returned whenever the factory is called with ``seed``.
+    """
+    if side not in (None, *PAIR_SIDES):
+        raise unknown_name_error("`side`", str(side), PAIR_SIDES, "or None for one model")
+
+    def model_seed(run_seed: int) -> int:
+        return run_seed if side is None else pair_seeds(run_seed)[side]
+
+    def load(run_seed: int) -> nn.Module:
+        return load_model(spec, seed=model_seed(run_seed), trust=trust, weights=weights)
+
+    first = load(seed)
+    return lambda run_seed: first if run_seed == seed else load(run_seed)
 
 
 def _weights_of(kind: str) -> str:
@@ -507,7 +551,7 @@ def load_weights(model: nn.Module, weights: str | Path, spec: str) -> None:
                           f"({detail})") from None
 
 
-def _file(*, spec, rest, seed, trust, num_classes) -> nn.Module:
+def _file(*, spec, rest, seed, trust, num_classes) -> nn.Module:  # noqa: C901
     path_text, _, arch = rest.partition(",arch=")
     if not path_text:
         raise SimkitError(f"model spec {spec!r} needs a path: file:PATH")

@@ -21,13 +21,13 @@ import jinja2
 from simkit.errors import SimkitError
 from simkit.io import write_text
 from simkit.plotting import figure_style
-from simkit.report import compare, convert, graft, linearize, stitch, study
+from simkit.report import compare, convert, graft, linearize, stitch, study, trend
 from simkit.report.figures import collect_figures, format_number, meta_html
 from simkit.results import FIGURE_VIEWS, HTML_VIEWS, RunResult
 from simkit.rundir import locked
 
 # result kind → (context builder, template); every kind of simkit.results.RESULT_KINDS has a row
-# (tests/test_report.py checks that)
+# (tests/report/test_report.py checks that)
 REPORT_KINDS: dict[str, tuple[Callable[[Any], dict[str, Any]], str]] = {
     "compare": (compare.context, "compare.html.j2"),
     "study": (study.context, "study.html.j2"),
@@ -35,6 +35,7 @@ REPORT_KINDS: dict[str, tuple[Callable[[Any], dict[str, Any]], str]] = {
     "stitch": (stitch.context, "stitch.html.j2"),
     "linearize": (linearize.context, "linearize.html.j2"),
     "graft": (graft.context, "graft.html.j2"),
+    "trend": (trend.context, "trend.html.j2"),
 }
 
 

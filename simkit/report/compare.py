@@ -284,6 +284,35 @@ def chance_sentences(matrices: dict[str, pd.DataFrame], tables: dict[str, dict[s
     return out
 
 
+def samples_words(samples: Any) -> str | None:
+    """How activations' samples were aligned, in words (``summary["samples"]``: matched by ID, with each
+    side's rows and the rows dropped; or by position); None for a result without it."""
+    if not isinstance(samples, dict):
+        return None
+    sides = [key[5:] for key in samples if key.startswith("rows_")]
+    named = [side.upper() if len(side) == 1 else side for side in sides]
+    if samples.get("aligned_by") == "position":
+        return f"Samples aligned by position: {samples.get('matched', '?')} rows on every side (no sample IDs)."
+    rows = ", ".join(f"{name} {samples[f'rows_{side}']}" for name, side in zip(named, sides, strict=True))
+    dropped = ", ".join(f"{name} {samples.get(f'dropped_{side}', '?')}" for name, side in zip(named, sides, strict=True))
+    return (f"Samples matched by ID: {samples.get('matched', '?')} present on every side (rows: {rows}; dropped: "
+            f"{dropped}).")
+
+
+def source_sentences(summary: dict[str, Any]) -> list[str]:
+    """What the findings say of the inputs beyond models and data: how activations were aligned, and the
+    dtype models ran in (``--dtype``)."""
+    out = [words] if (words := samples_words(summary.get("samples"))) else []
+    if summary.get("dtype"):
+        out.append(f"The models ran in {summary['dtype']} (--dtype); their activations were summed in float64.")
+    return out
+
+
+def with_sources(sentences: list[str], summary: dict[str, Any]) -> list[str]:
+    """``sentences`` with :func:`source_sentences` after the first."""
+    return sentences[:1] + source_sentences(summary) + sentences[1:]
+
+
 def cautions(summary: dict[str, Any], meta: dict[str, Any], matrices: dict[str, pd.DataFrame],
              band: list[dict], table: pd.DataFrame, chances: dict[str, dict[str, Any]] | None = None) -> list[str]:
     """What to distrust: biased CKA at a small batch, values that are mostly bias or within the null band,
@@ -387,9 +416,10 @@ def context(result) -> dict[str, Any]:
     band = null_band(table, metrics)
     shown = {**summary, "null": result.meta.get("settings", {}).get("null")}
     return {
-        "findings": findings(shown, matrices, band, reductions_text(layers), chances),
+        "findings": with_sources(findings(shown, matrices, band, reductions_text(layers), chances), summary),
         "cautions": cautions(summary, result.meta, matrices, band, table, chances),
-        "summary_rows": summary_rows(summary, _SUMMARY_LABELS),
+        "summary_rows": summary_rows({**summary, **({"samples": samples_words(summary["samples"])}
+                                                    if "samples" in summary else {})}, _SUMMARY_LABELS),
         "model_a": model_a,
         "model_b": model_b,
         "weights_a": summary.get("weights_a"),

@@ -226,7 +226,8 @@ def line_plot(
     if categorical:  # at most ~40 labelled ticks, so long layer lists stay legible and quick to draw
         every = max(1, math.ceil(len(x) / 40))
         ax.set_xticks(positions[::every])
-        ax.set_xticklabels([shorten(str(v), 24) for v in x[::every]], rotation=60, ha="right", fontsize=9)
+        ax.set_xticklabels([shorten(str(v), 24) for v in x[::every]], rotation=60, ha="right", fontsize=9,
+                           parse_math=False)  # layer names are text ("$" included), never mathtext
     if logy:
         ax.set_yscale("log")
     ax.set_title(title, fontsize=10)
@@ -674,11 +675,11 @@ def heatmap_figure(hm: _HeatmapData):
         rgba = np.asarray(cmap(image.norm(np.nan_to_num(hm.values, nan=hm.lo))))
         _file_marks(ax, hm, rgba)
         rows, cols = _label_ticks(n_rows, cell), _label_ticks(n_cols, cell)
-        ax.set_yticks(rows, [hm.short_rows[i] for i in rows], fontsize=9)
+        ax.set_yticks(rows, [hm.short_rows[i] for i in rows], fontsize=9, parse_math=False)  # names: text
         ax.set_xticks(cols, [hm.short_cols[j] for j in cols], fontsize=9, rotation=45, ha="right",
-                      rotation_mode="anchor")
-        ax.set_xlabel(hm.xlabel)
-        ax.set_ylabel(hm.ylabel)
+                      rotation_mode="anchor", parse_math=False)
+        ax.set_xlabel(hm.xlabel, parse_math=False)
+        ax.set_ylabel(hm.ylabel, parse_math=False)
         ax.set_title(hm.title, fontsize=11)
         bar = fig.colorbar(image, ax=ax, fraction=0.05, pad=0.03)
         ticks, labels = nice_ticks(hm.lo, hm.hi)

@@ -93,7 +93,7 @@ def _with_groups(table: pd.DataFrame, meta: dict[str, Any]) -> pd.DataFrame:
     return table.assign(pair=table.apply(_pair_label, axis=1))
 
 
-def aggregate(table: pd.DataFrame) -> pd.DataFrame:
+def mean_penalty_and_spread(table: pd.DataFrame) -> pd.DataFrame:
     """Mean and spread (standard deviation over seeds, 0 for one seed) of the penalty and the stitched
     accuracy per (models, pair, objective, setting), in run order; ``table`` as :func:`_with_groups` gives."""
     keys = ["models", "pair", "objective", "setting"]
@@ -352,7 +352,8 @@ def _in_points(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> list[dic
 
 def _mean_rows(result, agg: pd.DataFrame) -> tuple[list[dict[str, Any]], bool]:
     """(rows of the mean table in points, whether they carry t intervals): the runner's
-    ``stitching_mean`` when present, else the mean ± spread of :func:`aggregate` (combined results)."""
+    ``stitching_mean`` when present, else the mean ± spread of :func:`mean_penalty_and_spread` (combined
+    results)."""
     means = result.tables.get("stitching_mean")
     if means is None or not len(means):
         rows = _in_points(agg.to_dict("records"), ("penalty", "stitched_accuracy", "b_accuracy", "penalty_spread"))
@@ -387,7 +388,7 @@ def context(result) -> dict[str, Any]:
     table = result.tables.get("stitching", pd.DataFrame())
     meta, extra = result.meta, result.extra
     grouped = _with_groups(table, meta) if len(table) else table
-    agg = aggregate(grouped) if len(table) else pd.DataFrame()
+    agg = mean_penalty_and_spread(grouped) if len(table) else pd.DataFrame()
     single = not len(table) or grouped.models.nunique() == 1
     frames = penalty_frames(table) if single else {}
     iri_meta = meta.get("iri") or {}

@@ -21,7 +21,9 @@ from simkit.report.compare import (
     colour_range,
     lead_metric,
     null_band,
+    samples_words,
     summary_rows,
+    with_sources,
 )
 from simkit.report.figures import ChanceMarks, heatmap_svg, html_table
 from simkit.report.study_figures import dendrogram_svg, embedding_svg
@@ -205,11 +207,13 @@ def context(result) -> dict[str, Any]:
     columns += [c for c in table.columns if c not in columns]
     band = null_band(table, metrics)
     return {
-        "findings": findings(summary, matrices, band, chances),
+        "findings": with_sources(findings(summary, matrices, band, chances), summary),
         "cautions": cautions(summary, result.meta, {m: off_diagonal(f) for m, f in matrices.items()}, band, table,
                              chances),
-        "summary_rows": summary_rows({**summary, "weights": weights_words(summary) or "unknown"}
-                                     if "weights" in summary else summary, _SUMMARY_LABELS),
+        "summary_rows": summary_rows({**summary, **({"weights": weights_words(summary) or "unknown"}
+                                                    if "weights" in summary else {}),
+                                      **({"samples": samples_words(summary["samples"])} if "samples" in summary
+                                         else {})}, _SUMMARY_LABELS),
         "views": views(result, lead_metric(metrics), chances.get(lead_metric(metrics)),
                        matrices[lead_metric(metrics)]) if metrics else None,
         "models": list(summary.get("models", [])),

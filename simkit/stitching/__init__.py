@@ -1,6 +1,7 @@
 """Model stitching, standard and invariance-aware (spec §2).
 
-- :mod:`~simkit.stitching.settings`: :class:`StitchSettings`, every option that changes results;
+- :mod:`simkit.settings.stitch`: :class:`StitchSettings` and :class:`IRISettings`, every option that changes
+  results (torch-free, re-exported here);
 - :mod:`~simkit.stitching.stitch_layer`: stitch layers (1×1 conv / linear) and their least-squares fit;
 - :mod:`~simkit.stitching.halves`: A's front half and B's back half (a real fx cut) on frozen copies;
 - :mod:`~simkit.stitching.objectives`: HLM, SLM, DM and FuLA losses;
@@ -11,10 +12,10 @@
 """
 
 from simkit.results import StitchResult
-from simkit.stitching.iri import IRISet, IRISettings, generate_iris
-from simkit.stitching.objectives import OBJECTIVES, dm_loss, fula_loss, hlm_loss, slm_loss
+from simkit.settings.stitch import OBJECTIVES, IRISettings, StitchSettings
+from simkit.stitching.iri import IRISet, generate_iris
+from simkit.stitching.objectives import dm_loss, fula_loss, hlm_loss, slm_loss
 from simkit.stitching.runner import stitch
-from simkit.stitching.settings import StitchSettings
 from simkit.stitching.stitch_layer import LeastSquares, StitchLayer
 
 __all__ = ["OBJECTIVES", "IRISet", "IRISettings", "LeastSquares", "StitchLayer", "StitchResult", "StitchSettings",

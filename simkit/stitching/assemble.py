@@ -27,7 +27,7 @@ from simkit.stitching.prepare import Prepared
 COLUMNS = ["layer_a", "layer_b", "objective", "setting", "stitched_accuracy", "b_accuracy", "penalty", "seed",
            "a_accuracy", "penalty_min", "chosen_step"]
 KEYS = ["layer_a", "layer_b", "objective", "setting"]
-MEASURES = ("stitched_accuracy", "penalty", "penalty_min")
+SEED_INTERVAL_COLUMNS = ("stitched_accuracy", "penalty", "penalty_min")  # mean, std and t interval over seeds
 MAX_EXAMPLE_VALUES = 3 * 64 * 64  # larger inputs are not copied into result.json
 
 
@@ -101,18 +101,18 @@ def relative_depth(model: nn.Module, name: str) -> float:
 
 def aggregate(table: pd.DataFrame) -> pd.DataFrame:
     """Over seeds, per layer pair × objective × setting (run order): ``seeds`` and, for each of
-    :data:`MEASURES`, ``<measure>_mean``, ``_std`` (ddof = 1), ``_low``, ``_high`` (95 % t interval,
-    :func:`simkit.stats.t_interval`; NaN with one seed); ``b_accuracy_mean``, ``a_accuracy_mean`` and
+    :data:`SEED_INTERVAL_COLUMNS`, ``<column>_mean``, ``_std`` (ddof = 1), ``_low``, ``_high`` (95 % t
+    interval, :func:`simkit.stats.t_interval`; NaN with one seed); ``b_accuracy_mean``, ``a_accuracy_mean`` and
     ``chosen_step_mean``. table: the ``stitching`` table (one row per seed × pair × objective × setting)."""
-    columns = [*KEYS, "seeds", *(f"{m}_{s}" for m in MEASURES for s in ("mean", "std", "low", "high")),
+    columns = [*KEYS, "seeds", *(f"{c}_{s}" for c in SEED_INTERVAL_COLUMNS for s in ("mean", "std", "low", "high")),
                "a_accuracy_mean", "b_accuracy_mean", "chosen_step_mean"]
     rows = []
     for key, group in table.groupby(KEYS, sort=False):
         row: dict[str, Any] = dict(zip(KEYS, key, strict=True))
         row["seeds"] = int(group.seed.nunique())
-        for measure in MEASURES:
-            interval = t_interval(group[measure].to_numpy(float))
-            row.update({f"{measure}_{s}": getattr(interval, s) for s in ("mean", "std", "low", "high")})
+        for column in SEED_INTERVAL_COLUMNS:
+            interval = t_interval(group[column].to_numpy(float))
+            row.update({f"{column}_{s}": getattr(interval, s) for s in ("mean", "std", "low", "high")})
         for name in ("a_accuracy", "b_accuracy", "chosen_step"):
             row[f"{name}_mean"] = float(group[name].astype(float).mean())
         rows.append(row)

@@ -33,46 +33,13 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from simkit.distributed import is_main_process
-from simkit.errors import SimkitError, check_real
+from simkit.errors import SimkitError
 from simkit.io import atomic_write
 from simkit.progress import progress_bar
 from simkit.seeding import generator as seeded_generator
+from simkit.settings.stitch import IRISettings
 
-SEEDS = ("data", "noise")
-OPTIMIZERS = ("sgd", "adam")
 ALGORITHM = 2  # part of the cache key: bump when the optimisation changes
-
-
-@dataclass
-class IRISettings:
-    """How IRIs are made. steps: max updates per batch; tol: relative-error target; seed: 'data' (another
-    training input) or 'noise' (uniform over the data range); optimizer: 'adam' or 'sgd' (spec step);
-    step_size: sgd step; lr: adam learning rate; batch_size: samples optimised together; restarts:
-    new seeds for samples still above ``tol`` after ``steps`` updates."""
-
-    steps: int = 300
-    tol: float = 0.05
-    seed: str = "data"
-    optimizer: str = "adam"
-    step_size: float = 0.5
-    lr: float = 0.1
-    batch_size: int = 256
-    restarts: int = 3
-
-    def validate(self, prefix: str = "") -> None:
-        """The one place the IRI rules live: a SimkitError naming the first bad field in backticks, as
-        ``prefix`` + its name (``StitchSettings`` validates its ``iri_*`` fields here)."""
-        if self.seed not in SEEDS:
-            raise SimkitError(f"`{prefix}seed` must be 'data' (another training input) or 'noise', got {self.seed!r}")
-        if self.optimizer not in OPTIMIZERS:
-            raise SimkitError(f"`{prefix}optimizer` must be 'sgd' or 'adam', got {self.optimizer!r}")
-        for name, low in (("steps", 0), ("batch_size", 1), ("restarts", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise SimkitError(f"`{prefix}{name}` must be an integer >= {low}, got {value!r}")
-        check_real(f"{prefix}tol", self.tol, 0)
-        check_real(f"{prefix}step_size", self.step_size, 0, strict=True)
-        check_real(f"{prefix}lr", self.lr, 0, strict=True)
 
 
 @dataclass
@@ -229,7 +196,7 @@ def generate_iris(front: nn.Module, x: Tensor, settings: IRISettings, *, value_r
     no cache); ``key_parts`` must then hold ``model`` (fingerprint of A), ``layer`` and ``data``.
     Returns the IRISet and a dict ``{"cache": "hit" | "miss" | "off", "path": ...}``.
     """
-    settings.validate()
+    settings = settings.validate()
     if isinstance(x, dict):
         raise SimkitError("IRIs need tensor inputs; tokenised text has no continuous input to optimise")
     n = len(x)

@@ -14,30 +14,13 @@ from torch import Tensor
 
 from simkit.errors import SimkitError
 
-OBJECTIVES = ("hlm", "slm", "dm", "fula")
+#: what each objective minimises (its keys are ``simkit.settings.stitch.OBJECTIVES``), for the report
 DESCRIPTIONS = {
     "hlm": "cross-entropy to the labels",
     "slm": "KL divergence to B's soft predictions (T = 1)",
     "dm": "squared distance to B's activation at the stitch",
     "fula": "normalised squared distance to every layer of B from the stitch to the penultimate, uniform weights",
 }
-
-
-def parse_objectives(objectives: str | Sequence[str]) -> list[str]:
-    """``"hlm,fula"`` or ``["hlm", "fula"]`` → validated lower-case names, order kept, no duplicates."""
-    if isinstance(objectives, str):
-        objectives = objectives.split(",")
-    names: list[str] = []
-    for name in (o.strip().lower() for o in objectives):
-        if not name:
-            continue
-        if name not in OBJECTIVES:
-            raise SimkitError(f"unknown objective {name!r}; use a comma list of {', '.join(OBJECTIVES)}")
-        if name not in names:
-            names.append(name)
-    if not names:
-        raise SimkitError(f"no objective given; use a comma list of {', '.join(OBJECTIVES)}")
-    return names
 
 
 def hlm_loss(logits: Tensor, labels: Tensor) -> Tensor:

@@ -8,33 +8,8 @@ from torch import nn
 
 from simkit.errors import SimkitError
 from simkit.layers import resolve_layers
+from simkit.settings.stitch import StitchSettings, layer_names
 from simkit.stitching.halves import check_layer
-
-
-def _names(value: str | Sequence[str] | None) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        value = [value]
-    return [part.strip() for v in value for part in v.split(",") if part.strip()]
-
-
-def check_layer_choice(layer_a: str | Sequence[str] | None, layer_b: str | Sequence[str] | None,
-                       layers: str | None) -> None:
-    """SimkitError unless the choice names pairs: ``layers="auto"`` alone, or lists of equal length
-    (or one name) in both ``layer_a`` and ``layer_b``. Whether the names exist is checked on the models."""
-    if layers is not None:
-        if layers != "auto":
-            raise SimkitError(f"`layers` takes only 'auto', got {layers!r}; list names with `layer_a`/`layer_b`")
-        if _names(layer_a) or _names(layer_b):
-            raise SimkitError("give either `layers` auto or `layer_a`/`layer_b`, not both")
-        return
-    names_a, names_b = _names(layer_a), _names(layer_b)
-    if not names_a or not names_b:
-        raise SimkitError("say where to stitch: `layer_a` L `layer_b` L (comma lists pair up), or `layers` auto")
-    if len(names_a) != len(names_b) and 1 not in (len(names_a), len(names_b)):
-        raise SimkitError(f"`layer_a` has {len(names_a)} names and `layer_b` {len(names_b)}; "
-                          "give lists of the same length (or one name to pair with all)")
 
 
 def auto_candidates(model: nn.Module) -> list[str]:
@@ -60,11 +35,12 @@ def match_depths(names_a: list[str], names_b: list[str]) -> list[tuple[str, str]
 
 def layer_pairs(model_a: nn.Module, model_b: nn.Module, layer_a: str | Sequence[str] | None = None,
                 layer_b: str | Sequence[str] | None = None, layers: str | None = None) -> list[tuple[str, str]]:
-    """(layer of A, layer of B) pairs: zipped lists (a single name is repeated) or ``layers="auto"``."""
-    check_layer_choice(layer_a, layer_b, layers)
+    """(layer of A, layer of B) pairs: zipped lists (a single name is repeated) or ``layers="auto"``; a
+    choice that names no pairs is :class:`StitchSettings`' SimkitError."""
+    StitchSettings(layer_a=layer_a, layer_b=layer_b, layers=layers).validate()
     if layers is not None:
         return match_depths(auto_candidates(model_a), auto_candidates(model_b))
-    names_a, names_b = _names(layer_a), _names(layer_b)
+    names_a, names_b = layer_names(layer_a), layer_names(layer_b)
     if len(names_a) == 1:
         names_a = names_a * len(names_b)
     if len(names_b) == 1:

@@ -21,8 +21,8 @@ from simkit.forward import resolve_device
 from simkit.provenance import Timer
 from simkit.rundir import RunDir, fingerprint
 from simkit.seeding import generator
+from simkit.settings.stitch import StitchSettings
 from simkit.stitching.pairs import layer_pairs
-from simkit.stitching.settings import StitchSettings
 
 
 @dataclass(frozen=True)

@@ -28,16 +28,16 @@ import torch
 from torch import Tensor, nn
 
 from simkit.data import Dataset
-from simkit.engine.comparison import weights_words
 from simkit.forward import ModelSource, build_model, check_accepts, modes_kept
-from simkit.progress import overall_progress, phase
-from simkit.provenance import Timer
+from simkit.progress import overall_progress, phase, seed_position
+from simkit.provenance import Timer, weights_words
 from simkit.results import StitchResult
 from simkit.rundir import RunDir, open_run_dir
 from simkit.seeding import derive_seed
+from simkit.settings.stitch import IRISettings, StitchSettings
 from simkit.stitching.assemble import COLUMNS, ArmRows, RunFacts, assemble
 from simkit.stitching.halves import BackHalf, FrontHalf, frozen_copy, record
-from simkit.stitching.iri import IRISet, IRISettings, generate_iris, seed_distances, tensor_digest
+from simkit.stitching.iri import IRISet, generate_iris, seed_distances, tensor_digest
 from simkit.stitching.iri import fingerprint as weights_digest
 from simkit.stitching.prepare import (
     Prepared,
@@ -47,7 +47,6 @@ from simkit.stitching.prepare import (
     python_inputs,
     value_range,
 )
-from simkit.stitching.settings import StitchSettings
 from simkit.stitching.stitch_layer import StitchLayer, check_bridgeable, infer_layout
 from simkit.stitching.stitched import StitchedModel, StitchLoss
 from simkit.training import (
@@ -192,9 +191,9 @@ def _models(model_a: nn.Module, model_b: nn.Module, plan: list[_Cut], prep: Prep
     if prep.settings.train <= 0:
         return model_a, model_b, plan
     with timer("train_models"):
-        phase(f"training A{_of_seeds(run, prep.settings)}")
+        phase(f"training A{seed_position(run.seed, prep.settings.seed_list())}")
         model_a = _trained(model_a, prep.train, prep.settings, run, "a", setup.checkpoints, options, prep.dev)
-        phase(f"training B{_of_seeds(run, prep.settings)}")
+        phase(f"training B{seed_position(run.seed, prep.settings.seed_list())}")
         model_b = _trained(model_b, prep.train, prep.settings, run, "b", setup.checkpoints, options, prep.dev)
     return model_a, model_b, _cut(model_a, model_b, prep.pairs, setup.probe, prep.tokens, prep.dev)
 
@@ -277,12 +276,6 @@ def _iri_inputs(ctx: _ArmContext, cut: _Cut, out: ArmRows, timer: Timer) -> Tens
 
 def _seed_text(run: _SeedRun) -> str:
     return f" seed={run.seed}" if run.suffix else ""
-
-
-def _of_seeds(run: _SeedRun, settings: StitchSettings) -> str:
-    """`` · seed 2 of 3`` for the overall bar when several seeds run, else nothing."""
-    seeds = settings.seed_list()
-    return f" · seed {seeds.index(run.seed) + 1} of {len(seeds)}" if len(seeds) > 1 else ""
 
 
 def _phase_count(settings: StitchSettings, pairs: Sequence[tuple[str, str]], objectives: Sequence[str]) -> int:
@@ -368,7 +361,7 @@ def _train_objective(ctx: _ArmContext, cut: _Cut, arm: str, objective: str, inpu
 def _arms(ctx: _ArmContext, plan: list[_Cut], out: ArmRows, timer: Timer) -> None:
     """Every pair × arm × objective of one seed, in that order (the order of every random draw); each
     a phase of the overall bar, as are the IRIs of each layer of A."""
-    seeds, objectives = _of_seeds(ctx.run, ctx.prep.settings), ctx.prep.objectives
+    seeds, objectives = seed_position(ctx.run.seed, ctx.prep.settings.seed_list()), ctx.prep.objectives
     for k, cut in enumerate(plan, 1):
         out.cut_modes[f"{cut.la}->{cut.lb}"] = (cut.back.mode if cut.back.mode == "cut"
                                                  else f"replace ({cut.back.reason})")

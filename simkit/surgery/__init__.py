@@ -1,8 +1,9 @@
 """The only code that mutates models: replace, insert, graft gated residual blocks, optimizer
 continuity, bit-exact checks, the graft log and graft locality (spec §4).
 
-Pure mutation: modules here import nothing but torch, the standard library and ``simkit.errors``
-(no training, data, models or results). Train/eval modes and seeds are the caller's: pass seeds and
+Pure mutation: modules here import nothing but torch, the standard library, ``simkit.errors`` and the
+torch-free names of gates and branches (``simkit.settings.graft``: declared once, with the settings
+that check them) (no training, data, models or results). Train/eval modes and seeds are the caller's: pass seeds and
 probe batches in, and run grafts under ``simkit.forward.eval_mode`` for eval-mode probes. The
 exact-surgery verification suite (``simkit graft``) that trains grafted models is
 :mod:`simkit.grafting`.

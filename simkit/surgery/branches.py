@@ -17,8 +17,7 @@ from torch import Tensor, nn
 
 from simkit.blocks import LlamaBranch
 from simkit.errors import SimkitError
-
-BRANCHES = ("mlp", "llama", "conv")
+from simkit.settings.graft import BRANCHES
 
 
 class GatedResidual(nn.Module):

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from simkit.errors import SimkitError, unknown_name_error
+from simkit.settings.graft import DOUBLE_ZERO, GATES
 from simkit.surgery.branches import (
     GatedResidual,
     branch_spec,
@@ -28,11 +29,6 @@ from simkit.surgery.branches import (
 )
 from simkit.surgery.exact import flatten_tensors, output_mismatches, preconditions
 from simkit.surgery.optim import add_new_params
-
-GATES = ("shadow", "net2net", "double_zero")
-DOUBLE_ZERO = ("double-zero graft refused: with α = 0 and a zero branch output, ∂L/∂α = ⟨g, R(x)⟩ = 0 and "
-               "every ∂L/∂θ is scaled by α = 0, so nothing would ever train; use gate 'shadow' (α = 0, random R) "
-               "or 'net2net' (α = 1, zero output projections); pass `allow_double_zero` only to demonstrate it")
 
 
 def get_module(model: nn.Module, name: str) -> nn.Module:
@@ -112,7 +108,8 @@ def _probe(model: nn.Module, module: nn.Module, probe: Any, name: str) -> tuple[
     return [t.clone() for t in flatten_tensors(out)], site.clone(), len(seen)
 
 
-def graft_gated_residual(model: nn.Module, after: str, branch: str | nn.Module = "mlp", gate: str = "shadow", *,
+def graft_gated_residual(model: nn.Module, after: str,  # noqa: C901
+                         branch: str | nn.Module = "mlp", gate: str = "shadow", *,
                          probe: Any = None, allow_double_zero: bool = False, seed: int = 0,
                          optimizer: Optimizer | None = None, warm_start_second_moment: bool = False,
                          log: Any = None) -> Graft:

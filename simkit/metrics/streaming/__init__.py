@@ -12,7 +12,8 @@ One call builds the accumulator the engine feeds (spec §0.1–0.3)::
 How each metric is computed (``path`` in :meth:`Accumulator.describe`), one module per strategy:
 ``minibatch.py`` (per-batch Gram HSIC streams), ``features.py`` (exact feature-space sums),
 ``stored.py`` (stored activations: exact Gram rows, RBF, k-NN, the exact null), ``common.py`` (layer
-names for warnings and errors, the sums container, batch checks, the null draws). Every estimator step
+names for warnings and errors, batch checks, the null draws), ``state.py`` (the states each part declares:
+``sum``, ``shifted_sum`` with its shift, ``cat`` for stored rows). Every estimator step
 is written once, in :mod:`simkit.metrics.cka` (HSIC_1 from its terms, centring and U-centring, the one
 chunked median, the RBF kernel, the CKA ratio with its zero-denominator rule), and the one constant
 rule in :mod:`simkit.metrics._checks` (:func:`~simkit.metrics._checks.constant_columns`,
@@ -91,9 +92,10 @@ layer (``names_a`` / ``names_b``). Non-finite activations raise :class:`SimkitEr
 :meth:`update`, at no extra pass over the features: from the Gram's trace (minibatch), the column sums
 (feature path), or one sum per layer (stored paths).
 
-Distributed (done by the engine; nothing here imports ``torch.distributed``): :meth:`~Accumulator.state`
-lists every float64 sum; adding the states of two accumulators fed with disjoint batches gives the state
-of one fed with all of them, provided they use the same reference shifts (minibatch sums have none; the
+Distributed (done by the engine; nothing here imports ``torch.distributed``): every part declares its
+states (:mod:`simkit.metrics.streaming.state`) and the accumulator reaches them alone, whatever the part:
+:meth:`~Accumulator.state` lists every float64 sum; adding the states of two accumulators fed with
+disjoint batches gives the state of one fed with all of them, provided they use the same reference shifts (minibatch sums have none; the
 feature path takes its shifts from the first batch it sees, so they are first made common:
 :meth:`~Accumulator.shifts` of rank 0 broadcast, then :meth:`~Accumulator.rebase`, exact in float64).
 Stored paths (:attr:`~Accumulator.needs_gather`) hold activations, not sums: every rank's
@@ -125,6 +127,7 @@ from simkit.metrics.streaming.common import Names, Part, PhaseProgress, Values, 
 from simkit.metrics.streaming.features import FeaturePart, feature_path_bytes
 from simkit.metrics.streaming.folds import FoldPart, fold_path_bytes
 from simkit.metrics.streaming.minibatch import MinibatchPart
+from simkit.metrics.streaming.state import State, StoredPayload
 from simkit.metrics.streaming.stored import StoredPart
 
 __all__ = ["GRAM_KINDS", "METRICS", "MODES", "Accumulator", "feature_path_bytes", "fold_path_bytes",
@@ -132,19 +135,25 @@ __all__ = ["GRAM_KINDS", "METRICS", "MODES", "Accumulator", "feature_path_bytes"
 
 
 class Accumulator:
-    """All chosen metrics over all layer pairs, fed batch by batch (see the module docstring)."""
+    """All chosen metrics over all layer pairs, fed batch by batch (see the module docstring).
 
-    def __init__(self, parts: Sequence[Part], metrics: list[str], dims_a: list[int], dims_b: list[int],
-                 ci: float | None = None, ci_resamples: int = 0, seed: int = 0):
+    Every operation beyond feeding and computing (moving, merging, re-basing, saving and loading) goes
+    through the parts' declared states (:mod:`simkit.metrics.streaming.state`), in part order."""
+
+    def __init__(self, parts: Sequence[Part], metrics: list[str], dims_a: list[int], dims_b: list[int]):
         self.parts, self.metrics, self.dims_a, self.dims_b = list(parts), metrics, dims_a, dims_b
-        self.ci, self.ci_resamples, self.seed = ci, ci_resamples, seed  # the stored measures' bootstrap
         self.calls = 0
         self.rows = 0
 
     @property
+    def states(self) -> list[State]:
+        """Every part's declared states, in part order."""
+        return [st for part in self.parts for st in part.states]
+
+    @property
     def needs_gather(self) -> bool:
         """True when some metric holds stored activations (ranks exchange :meth:`stored_payload`)."""
-        return any(p.needs_gather for p in self.parts)
+        return any(st.gathered for st in self.states)
 
     def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], batch_index: int | None = None,
                row_offset: int | None = None) -> None:
@@ -165,52 +174,53 @@ class Accumulator:
             part.update(acts_a, acts_b, b, int(batch_index), offset)
 
     def to(self, device: torch.device | str) -> Accumulator:
-        """Move the sums to ``device`` (e.g. an accumulator that saw no batch, before an NCCL all_reduce)."""
-        for part in self.parts:
-            if isinstance(part, MinibatchPart | FeaturePart | FoldPart):
-                part.s.to(torch.device(device))
+        """Move every state to ``device`` (e.g. an accumulator that saw no batch, before an NCCL all_reduce)."""
+        for st in self.states:
+            st.to(torch.device(device))
         return self
 
     def state(self) -> list[Tensor]:
         """Every float64 sum (the live tensors): adding them in place across ranks combines the ranks."""
-        return [t for part in self.parts for t in part.state()]
+        return [t for st in self.states for t in st.summed()]
 
     def shifts(self) -> list[Tensor]:
-        """The reference shifts (float64 tensors) of the feature and fold paths' sums (two per such part, in
-        part order); ``[]`` without one."""
-        return [t for part in self.parts if isinstance(part, FeaturePart | FoldPart) for t in part.shifts()]
+        """The reference shifts (float64 tensors) of the shifted sums (two per such state: the feature and
+        fold paths', in part order); ``[]`` without one."""
+        return [t for st in self.states for t in st.shifts()]
 
     def rebase(self, shifts: Sequence[Tensor]) -> None:
-        """Re-reference the feature and fold paths' sums to ``shifts`` (as returned by :meth:`shifts`, e.g.
-        rank 0's)."""
-        shifted = [part for part in self.parts if isinstance(part, FeaturePart | FoldPart)]
-        if len(shifts) != 2 * len(shifted):
+        """Re-reference the shifted sums to ``shifts`` (as returned by :meth:`shifts`, e.g. rank 0's)."""
+        expected = sum(st.shift_count for st in self.states)
+        if len(shifts) != expected:
             raise SimkitError(f"`shifts` must be shifts() of an accumulator built with the same arguments "
-                              f"({2 * len(shifted)} tensors), got {len(shifts)}")
-        for k, part in enumerate(shifted):
-            part.rebase(shifts[2 * k:2 * k + 2])
+                              f"({expected} tensors), got {len(shifts)}")
+        start = 0
+        for st in self.states:
+            st.rebase(shifts[start:start + st.shift_count])
+            start += st.shift_count
 
-    def stored_payload(self) -> object:
+    def stored_payload(self) -> list[StoredPayload]:
         """This process's stored samples (picklable, tensors on the CPU, with their global batch indices),
         for :meth:`load_stored` on every rank; ``[]`` when no metric stores activations."""
-        return [part.payload() for part in self.parts if isinstance(part, StoredPart)]
+        return [st.payload() for st in self.states if st.gathered]
 
     def load_stored(self, payloads: Sequence[object], device: torch.device | str | None = None) -> None:
         """Replace the stored samples with those of all ``payloads`` (each one :meth:`stored_payload`, e.g.
         of every rank, this one's included), merged in global batch order, on ``device``."""
-        stored = [part for part in self.parts if isinstance(part, StoredPart)]
+        gathered = [st for st in self.states if st.gathered]
         lists = [list(p) for p in payloads if isinstance(p, list | tuple)]
-        if len(lists) != len(payloads) or any(len(p) != len(stored) for p in lists):
+        if len(lists) != len(payloads) or any(len(p) != len(gathered) for p in lists):
             raise SimkitError("`payloads` must be stored_payload() results of accumulators built with the "
                               "same arguments")
-        for k, part in enumerate(stored):
-            part.load([p[k] for p in lists], device)
+        for k, st in enumerate(gathered):
+            st.load([p[k] for p in lists], device)
 
     def merge(self, other: Accumulator) -> Accumulator:
-        """Fold in ``other`` (built with the same arguments, fed other batches): sums add, stores append.
+        """Fold in ``other`` (built with the same arguments, fed other batches): every declared state merges
+        (sums add, shifted sums add once re-based to this one's shifts, stored rows append).
 
         With ``ridge_r2`` the batches of both must have been given their global ``row_offset``."""
-        for mine, theirs in zip(self.parts, other.parts, strict=True):
+        for mine, theirs in zip(self.states, other.states, strict=True):
             mine.merge(theirs)
         self.rows += other.rows
         return self
@@ -222,11 +232,7 @@ class Accumulator:
         search, each permutation of a null); None: silent."""
         out: Values = {}
         for part in self.parts:
-            out.update(part.compute(progress) if isinstance(part, StoredPart) else part.compute())
-            if isinstance(part, StoredPart) and self.ci is not None:
-                values = {m: out[m]["value"] for m in part.metrics}
-                for m, interval in part.bootstrap(values, self.ci, self.ci_resamples, self.seed, progress).items():
-                    out[m].update(interval)
+            out.update(part.compute(progress))
         return {m: out[m] for m in self.metrics}
 
     def describe(self) -> dict[str, dict[str, Any]]:
@@ -234,10 +240,6 @@ class Accumulator:
         out: dict[str, dict[str, Any]] = {}
         for part in self.parts:
             out.update(part.describe())
-            if isinstance(part, StoredPart) and self.ci is not None:
-                for m in part.metrics:
-                    out[m]["ci"] = (f"{self.ci:.0%} interval: value ± z × the standard deviation of a bootstrap over samples, "
-                                    f"{self.ci_resamples} resamples")
         return {m: out[m] for m in self.metrics}
 
 
@@ -260,7 +262,7 @@ def make_accumulator(settings: CompareSettings, dims_a: Sequence[int], dims_b: S
         raise SimkitError(f"every model needs at least one layer of width >= 1, got {dims_a} and {dims_b}")
     names = Names(names_a, names_b, len(dims_a), len(dims_b))
     return Accumulator(_parts(settings, dims_a, dims_b, names, int(max_stored_n)), list(settings.metrics),
-                       dims_a, dims_b, settings.ci, settings.ci_resamples, settings.seed)
+                       dims_a, dims_b)
 
 
 def _stored_reason(name: str, settings: CompareSettings, needed: int, what: str) -> str:

@@ -1,5 +1,5 @@
-"""What every streaming path shares: layer names for warnings and errors, the float64 sums container,
-batch checks, the permutation-null draws, and small tensor helpers."""
+"""What every streaming path shares: the part protocol, layer names for warnings and errors, batch checks,
+the permutation-null draws, and small tensor helpers (the declared states: :mod:`.state`)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from simkit.errors import SimkitError
+from simkit.metrics.streaming.state import State
 
 #: Progress of the work done after the last batch (neighbour searches, permutation nulls):
 #: ``report(phase, advance, total)`` — ``advance`` more units of ``phase``'s ``total`` are done.
@@ -24,20 +25,18 @@ Values = dict[str, dict[str, np.ndarray]]
 class Part(Protocol):
     """One strategy of the accumulator (minibatch Grams, feature sums, per-fold sums, stored activations).
 
-    ``update`` gets the batch's rows ``b``, its global index and ``offset``, the global position of its
-    first sample (the fold of ``ridge_r2``)."""
+    ``states``: the part's declared states (:mod:`simkit.metrics.streaming.state`), through which the
+    accumulator moves, merges, re-bases, saves and loads it. ``update`` gets the batch's rows ``b``, its
+    global index and ``offset``, the global position of its first sample (the fold of ``ridge_r2``);
+    ``compute`` reports its long phases to ``progress`` (None: silent)."""
 
     metrics: list[str]
-    needs_gather: bool
+    states: list[State]
 
     def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int,
                offset: int = 0) -> None: ...
 
-    def state(self) -> list[Tensor]: ...
-
-    def merge(self, other: Any) -> None: ...
-
-    def compute(self) -> Values: ...
+    def compute(self, progress: PhaseProgress | None = None) -> Values: ...
 
     def describe(self) -> dict[str, dict[str, Any]]: ...
 
@@ -47,11 +46,6 @@ def own(t: Tensor) -> Tensor:
     t = t.detach()
     whole = t.is_contiguous() and t.untyped_storage().nbytes() == t.numel() * t.element_size()
     return t if whole else t.clone()
-
-
-def compute_dtype(t: Tensor) -> torch.dtype:
-    """The dtype per-batch products run in: the activations' dtype, half types upcast to float32."""
-    return t.dtype if t.dtype in (torch.float32, torch.float64) else torch.float32
 
 
 def segments(dims: Sequence[int], device: torch.device | None = None) -> Tensor:
@@ -129,7 +123,7 @@ def ci_summary(value: np.ndarray, replicates: np.ndarray, confidence: float,
     q: Student's t quantile at ``confidence`` with ``blocks − 1`` degrees of freedom when the resampled
     units are ``blocks`` batches (often few: a percentile interval of 20 batches covered 91.5 % at 95 %,
     this one 94.5 %), else the normal quantile (samples; a percentile interval there is shifted up by the
-    duplicated samples: 87 % at n = 200, this one 91 %; tests/test_ci.py)."""
+    duplicated samples: 87 % at n = 200, this one 91 %; tests/engine/test_confidence_intervals.py)."""
     from scipy import stats
 
     with warnings.catch_warnings():
@@ -171,27 +165,3 @@ class Names:
             bad = torch.nonzero(~torch.isfinite(t)).flatten().tolist()
             if bad:
                 raise self.non_finite(side, bad[0])
-
-
-class Sums:
-    """A named set of float64 tensors that add across batches and ranks (kept in insertion order)."""
-
-    def __init__(self) -> None:
-        self.t: dict[str, Tensor] = {}
-
-    def add(self, name: str, *shape: int) -> None:
-        self.t[name] = torch.zeros(shape, dtype=torch.float64)
-
-    def to(self, device: torch.device) -> None:
-        if self.t and next(iter(self.t.values())).device != device:
-            self.t = {k: v.to(device) for k, v in self.t.items()}
-
-    def list(self) -> list[Tensor]:
-        return list(self.t.values())
-
-    def merge(self, other: Sums) -> None:
-        for k, v in self.t.items():
-            v += other.t[k].to(v.device)
-
-    def __getitem__(self, name: str) -> Tensor:
-        return self.t[name]

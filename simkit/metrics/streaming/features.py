@@ -3,8 +3,8 @@ streamed over batches.
 
 Memory is independent of ``n`` (about ``8·P·Q + 20·(Σp_i² + Σq_j²)`` bytes, :func:`feature_path_bytes`).
 The sums are taken about a fixed reference shift per column (the first batch's mean) and can be
-re-referenced exactly (:meth:`FeaturePart.rebase`), so the sums of two accumulators fed disjoint
-batches add. At the end the HSIC terms come from the sums and go through :mod:`simkit.metrics.cka`:
+re-referenced exactly (the part's declared state is a :class:`~simkit.metrics.streaming.state.ShiftedSums`),
+so the sums of two accumulators fed disjoint batches add. At the end the HSIC terms come from the sums and go through :mod:`simkit.metrics.cka`:
 HSIC_1 from :func:`~simkit.metrics.cka.hsic1_from_terms`, the ratio from
 :func:`~simkit.metrics.cka.cka_ratio`, and constant layers from the one rule
 :func:`simkit.metrics._checks.constant_columns` applied to the sums. The shape measures (Procrustes,
@@ -15,6 +15,7 @@ spectrum once, then every pair (:mod:`simkit.metrics.streaming.shapes`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -25,8 +26,9 @@ from simkit.metrics._checks import constant_columns
 from simkit.metrics.cka import cka_ratio, hsic1_from_terms
 from simkit.metrics.settings import MeasureSettings
 from simkit.metrics.shape import PROCRUSTES, SHAPE_MEASURES, Spectrum, spectrum_from_cov
-from simkit.metrics.streaming.common import Names, Sums, Values, mask_constant, segments, segsum
+from simkit.metrics.streaming.common import Names, PhaseProgress, Values, mask_constant, segments, segsum
 from simkit.metrics.streaming.shapes import shape_notes, shape_settings, shape_values
+from simkit.metrics.streaming.state import ShiftedSums, State
 
 
 def feature_path_bytes(dims_a: Sequence[int], dims_b: Sequence[int], itemsize: int = 4) -> int:
@@ -38,13 +40,39 @@ def feature_path_bytes(dims_a: Sequence[int], dims_b: Sequence[int], itemsize: i
         + 16 * max(dims_a) * q + 16 * (p + q) * (len(dims_a) + len(dims_b) + 2)
 
 
-def _shift_sums(s: dict[str, Tensor], c: Tensor | tuple[Tensor, Tensor], dx: Tensor, dy: Tensor,
+def _cross_terms(c: Tensor, dx: Tensor, dy: Tensor, dims_a: list[int],
+                 dims_b: list[int]) -> tuple[Tensor, Tensor]:
+    """The two terms of a shift taken from the float64 cross sum ``c = Σ x' y'ᵀ`` (P, Q):
+    ``(cy (P, Lb), cx (Q, La))``, ``Σ_r x'_r v_r`` and ``Σ_r y'_r u_r`` (u = x'·δ, v = y'·ε per layer)."""
+    cy = torch.empty(len(dx), len(dims_b), dtype=torch.float64, device=dx.device)
+    start = 0
+    for j, w in enumerate(dims_b):
+        cy[:, j] = c[:, start:start + w] @ dy[start:start + w]
+        start += w
+    cx = torch.empty(len(dy), len(dims_a), dtype=torch.float64, device=dx.device)
+    start = 0
+    for i, w in enumerate(dims_a):
+        cx[:, i] = c[start:start + w].T @ dx[start:start + w]
+        start += w
+    return cy, cx
+
+
+def _move_sums(sums: ShiftedSums, dx: Tensor, dy: Tensor, *, dims_a: list[int], dims_b: list[int]) -> None:
+    """The feature path's re-referencing (:data:`~simkit.metrics.streaming.state.Move`): every sum, the
+    cross sum included, moved by ``dx``, ``dy`` (:func:`_shift_sums`)."""
+    dev = dx.device
+    terms = _cross_terms(sums["cross"], dx, dy, dims_a, dims_b)
+    u, v = _shift_sums(sums.t, terms, dx, dy, dims_a, dims_b, segments(dims_a, dev), segments(dims_b, dev))
+    sums["cross"].addmm_(u, v)
+
+
+def _shift_sums(s: dict[str, Tensor], terms: tuple[Tensor, Tensor], dx: Tensor, dy: Tensor,
                 dims_a: list[int], dims_b: list[int], seg_a: Tensor, seg_b: Tensor) -> tuple[Tensor, Tensor]:
     """Re-reference the feature-path sums ``s`` (taken about shifts c_x, c_y) to ``c_x − dx, c_y − dy``.
 
-    In place on every entry of ``s`` except ``"cross"``; ``c`` is the float64 cross sum ``Σ x' y'ᵀ``
-    (P, Q, read only) or the two terms taken from it, ``(cy (P, Lb), cx (Q, La))`` (``Σ_r x'_r v_r``,
-    ``Σ_r y'_r u_r``), when the caller has them. Returns ``(U (P, 2), V (2, Q))``: the new cross sum is ``c + U @ V``.
+    In place on every entry of ``s`` except ``"cross"``; ``terms`` are the two terms the shift takes from
+    the cross sum, ``(cy (P, Lb), cx (Q, La))`` (:func:`_cross_terms`, or from the batch's own features).
+    Returns ``(U (P, 2), V (2, Q))``: the new cross sum is ``c + U @ V``.
     Exact algebra in float64 with x'' = x' + δ, y'' = y' + ε (u = x'·δ, v = y'·ε per layer).
     """
     la, lb = len(dims_a), len(dims_b)
@@ -52,19 +80,7 @@ def _shift_sums(s: dict[str, Tensor], c: Tensor | tuple[Tensor, Tensor], dx: Ten
     dd_x, dd_y = segsum(dx * dx, seg_a, la, 0), segsum(dy * dy, seg_b, lb, 0)
     sx, sy, tx, ty = s["sx"].clone(), s["sy"].clone(), s["tx"].clone(), s["ty"].clone()
     su_x, su_y = segsum(sx * dx, seg_a, la, 0), segsum(sy * dy, seg_b, lb, 0)   # Σ_r u, Σ_r v
-    if isinstance(c, tuple):
-        cy, cx = c
-    else:
-        cy = torch.empty(len(dx), lb, dtype=torch.float64, device=dx.device)     # Σ_r x'_r v_r
-        start = 0
-        for j, w in enumerate(dims_b):
-            cy[:, j] = c[:, start:start + w] @ dy[start:start + w]
-            start += w
-        cx = torch.empty(len(dy), la, dtype=torch.float64, device=dx.device)     # Σ_r y'_r u_r
-        start = 0
-        for i, w in enumerate(dims_a):
-            cx[:, i] = c[start:start + w].T @ dx[start:start + w]
-            start += w
+    cy, cx = terms
     quad = segsum(dx[:, None] * cy, seg_a, la, 0)                                 # Σ_r u v
     a_v = segsum(dy[:, None] * s["y_rx"], seg_b, lb, 0).T                         # Σ_r ‖x'‖² v
     u_b = segsum(dx[:, None] * s["x_ry"], seg_a, la, 0)                           # Σ_r u ‖y'‖²
@@ -121,14 +137,17 @@ def cca_chance(value: Tensor, spec_a: list[Spectrum], spec_b: list[Spectrum], n:
 
 class FeaturePart:
     """Exact linear and unbiased CKA and the shape measures of all pairs from streamed feature-space sums
-    (memory ∝ P·Q). ``mode``: the accumulator's mode, as recorded (shape measures use all samples in either)."""
+    (memory ∝ P·Q). ``mode``: the accumulator's mode, as recorded (shape measures use all samples in either).
+
+    Declared state: one ``shifted_sum`` (``self.s``), about the shifts of A's and B's columns."""
 
     def __init__(self, metrics: list[str], dims_a: list[int], dims_b: list[int], names: Names,
                  settings: MeasureSettings | None = None, mode: str = "exact"):
         self.metrics, self.dims_a, self.dims_b, self.names = metrics, dims_a, dims_b, names
         self.settings, self.mode = settings or MeasureSettings(), mode
         la, lb, p, q = len(dims_a), len(dims_b), sum(dims_a), sum(dims_b)
-        self.s = s = Sums()
+        self.s = s = ShiftedSums((p, q), partial(_move_sums, dims_a=dims_a, dims_b=dims_b))
+        self.states: list[State] = [s]
         s.add("n", 1)
         s.add("sx", p)                     # Σ x
         s.add("sy", q)
@@ -145,8 +164,6 @@ class FeaturePart:
         s.add("x_rx", p)                   # Σ_r x_r ‖x_r‖² (own layer)
         s.add("y_ry", q)
         self.seg_a, self.seg_b = segments(dims_a), segments(dims_b)
-        self.shift: dict[str, Tensor | None] = {"x": None, "y": None}
-        self.needs_gather = False
 
     def _side(self, acts: Sequence[Tensor], side: str, bs: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """Concatenate one model's layers, centre them on the batch mean, put this side's sums in ``bs``.
@@ -160,9 +177,7 @@ class FeaturePart:
         xd = torch.cat([a.detach().to(torch.float64) for a in acts], 1)
         mean = xd.mean(0)
         xd.sub_(mean)
-        ref = self.shift[side]
-        if ref is None:
-            ref = self.shift[side] = mean.clone()
+        offset = self.s.offset(side, mean)
         bs["s" + side] = col = xd.sum(0)
         bad = torch.nonzero(~torch.isfinite(col)).flatten()[:1].tolist()  # one sum per column
         if bad:
@@ -179,7 +194,7 @@ class FeaturePart:
             torch.mm(xd[:, sl].T, xd[:, sl], out=blocks[off:off + d * d].view(d, d))
             start, off = start + d, off + d * d
         bs["self_" + side] = blocks
-        return xd, mean - ref
+        return xd, offset
 
     def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int,
                offset: int = 0) -> None:
@@ -222,40 +237,6 @@ class FeaturePart:
         u_rows = segsum(xd * dx, seg_a, len(self.dims_a), 1)   # (b, La): u_r = x̃_r·δ per A layer
         return xd.T @ v_rows, yd.T @ u_rows
 
-    def shifts(self) -> list[Tensor]:
-        """The reference shifts ``[(P,), (Q,)]`` float64 the sums are taken about (first batch's means)."""
-        return [t.clone() if (t := self.shift[k]) is not None else torch.zeros(sum(d), dtype=torch.float64)
-                for k, d in (("x", self.dims_a), ("y", self.dims_b))]
-
-    def rebase(self, shifts: Sequence[Tensor]) -> None:
-        """Re-reference every sum to new shifts ``[(P,), (Q,)]`` (exact algebra in float64).
-
-        Precise when the new shifts are close to the old ones (e.g. another rank's first-batch means).
-        """
-        new = {k: t.detach().double() for k, t in zip("xy", shifts, strict=True)}  # exact: never rounded
-        old_x, old_y = self.shift["x"], self.shift["y"]
-        if old_x is None or old_y is None:
-            self.shift.update(new)
-            return
-        s = self.s
-        dev = s["sx"].device
-        dx, dy = old_x - new["x"].to(dev), old_y - new["y"].to(dev)  # x'' = x' + δ
-        u, v = _shift_sums(s.t, s["cross"], dx, dy, self.dims_a, self.dims_b, self.seg_a.to(dev),
-                           self.seg_b.to(dev))
-        s["cross"].addmm_(u, v)
-        self.shift.update({k: v.to(dev) for k, v in new.items()})
-
-    def state(self) -> list[Tensor]:
-        return self.s.list()
-
-    def merge(self, other: FeaturePart) -> None:
-        """Add ``other``'s sums after re-referencing them (in place) to this part's shifts."""
-        if self.shift["x"] is None:
-            self.shift = dict(other.shift)
-        elif other.shift["x"] is not None:
-            other.rebase(self.shifts())
-        self.s.merge(other.s)
-
     @staticmethod
     def _constant(blocks: Tensor, sums: Tensor, shift: Tensor, dims: list[int], n: float) -> Tensor:
         """Constant layers ``(L,)`` bool: every column has ``Σ (x − x̄)² ≤ CONSTANT_RTOL · Σ x²``.
@@ -291,7 +272,8 @@ class FeaturePart:
             start, off = start + d, off + d * d
         return torch.stack(fro), torch.stack(quad)
 
-    def compute(self) -> Values:
+    def compute(self, progress: PhaseProgress | None = None) -> Values:
+        """Every metric of this part from the sums (``progress``: unused, nothing here takes long)."""
         s = self.s
         n = float(s["n"].item())
         la, lb = len(self.dims_a), len(self.dims_b)
@@ -311,7 +293,7 @@ class FeaturePart:
 
     def _constants(self, n: float) -> tuple[Tensor, Tensor]:
         s = self.s
-        shift_x, shift_y = self.shifts()
+        shift_x, shift_y = self.s.shifts()
         return (self._constant(s["self_x"], s["sx"], shift_x, self.dims_a, n),
                 self._constant(s["self_y"], s["sy"], shift_y, self.dims_b, n))
 
@@ -384,7 +366,7 @@ class FeaturePart:
                 + 2 * mxn * s["tx"] - 3 * n * mxn * mxn)
         rc_b = (s["rr_yy"] - 4 * segsum(muy * s["y_ry"], seg_b, lb, 0) + 4 * quad_b
                 + 2 * myn * s["ty"] - 3 * n * myn * myn)
-        shift_x, shift_y = self.shifts()
+        shift_x, shift_y = self.s.shifts()
         const_a = self._constant(s["self_x"], s["sx"], shift_x, self.dims_a, n)
         const_b = self._constant(s["self_y"], s["sy"], shift_y, self.dims_b, n)
         out = {}
@@ -415,7 +397,7 @@ class FeaturePart:
 
     def describe(self) -> dict[str, dict[str, Any]]:
         n = int(self.s["n"].item())
-        state = sum(t.numel() * 8 for t in self.s.list())
+        state = sum(t.numel() * 8 for t in self.s.summed())
         out: dict[str, dict[str, Any]] = {}
         for m in self.metrics:
             if m in SHAPE_MEASURES:

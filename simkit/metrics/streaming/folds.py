@@ -2,9 +2,9 @@
 
 Sample ``g`` (its global position: the batch's ``offset`` plus its row) is in fold ``g mod k``. Per fold
 the part adds ``n``, ``Σx``, ``Σy``, each A layer's ``Σxxᵀ``, ``Σxyᵀ`` (P×Q) and ``Σ‖y‖²`` per B layer,
-about a fixed reference shift per column (the first batch's means, re-referenced exactly by
-:meth:`FoldPart.rebase`, as on the feature path), in float64; the products of one batch are split by
-fold, so together they cost one ``P × Q`` product per batch, in float64 on batch-centred float64 copies of
+about a fixed reference shift per column (the first batch's means, re-referenced exactly by the
+declared :class:`~simkit.metrics.streaming.state.ShiftedSums`, as on the feature path), in float64; the
+products of one batch are split by fold, so together they cost one ``P × Q`` product per batch, in float64 on batch-centred float64 copies of
 the features (as on the feature path: every product depends on its batch alone, and the sums are float64
 sums, which the one numerical-rank rule of ``ridge_lambda = 0`` assumes). Memory
 ``≈ 8·k·(P·Q + Σp_i²)`` bytes (:func:`fold_path_bytes`). The estimator is
@@ -15,6 +15,7 @@ width, :func:`~simkit.metrics._checks.rank_rtol`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -23,7 +24,8 @@ from torch import Tensor
 from simkit.metrics._checks import constant_columns
 from simkit.metrics.predictivity import FoldMoments, check_fold_samples, ridge_from_moments
 from simkit.metrics.settings import MeasureSettings
-from simkit.metrics.streaming.common import Names, Sums, Values, mask_constant, segments, segsum
+from simkit.metrics.streaming.common import Names, PhaseProgress, Values, mask_constant, segments, segsum
+from simkit.metrics.streaming.state import ShiftedSums, State
 
 
 def fold_path_bytes(dims_a: Sequence[int], dims_b: Sequence[int], folds: int, itemsize: int = 4) -> int:
@@ -39,6 +41,23 @@ def _outer_blocks(u: Tensor, v: Tensor, dims: Sequence[int]) -> Tensor:
                                                                   torch.split(v, list(dims)), strict=True)])
 
 
+def _move_sums(sums: ShiftedSums, dx: Tensor, dy: Tensor, *, dims_a: list[int], dims_b: list[int],
+               folds: int) -> None:
+    """The fold path's re-referencing (:data:`~simkit.metrics.streaming.state.Move`): every fold's sums
+    moved by ``dx``, ``dy`` (exact algebra in float64)."""
+    seg_b, lb = segments(dims_b, dx.device), len(dims_b)
+    for f in range(folds):
+        n, sx, sy = sums["n"][f], sums["sx"][f].clone(), sums["sy"][f].clone()
+        sums["sxx"][f].add_(_outer_blocks(sx, dx, dims_a) + _outer_blocks(dx, sx, dims_a)
+                            + n * _outer_blocks(dx, dx, dims_a))
+        sums["sxy"][f].add_(torch.outer(sx, dy) + torch.outer(dx, sy) + n * torch.outer(dx, dy))
+        cols = 2 * dy * sy + n * dy * dy
+        sums["tyy"][f].add_(segsum(cols, seg_b, lb, 0))
+        sums["yy_cols"].add_(cols)
+        sums["sx"][f].add_(n * dx)
+        sums["sy"][f].add_(n * dy)
+
+
 def ridge_describe(settings: MeasureSettings) -> dict[str, Any]:
     """The ridge_r2 settings and fold rule, for ``describe()``."""
     return {"ridge_lambda": settings.ridge_lambda, "ridge_folds": settings.ridge_folds,
@@ -47,14 +66,17 @@ def ridge_describe(settings: MeasureSettings) -> dict[str, Any]:
 
 
 class FoldPart:
-    """``ridge_r2`` of all pairs (A layer predicts B layer) from streamed per-fold moments."""
+    """``ridge_r2`` of all pairs (A layer predicts B layer) from streamed per-fold moments.
+
+    Declared state: one ``shifted_sum`` (``self.s``), about the shifts of A's and B's columns."""
 
     def __init__(self, dims_a: list[int], dims_b: list[int], names: Names, settings: MeasureSettings,
                  mode: str = "exact"):
         self.metrics = ["ridge_r2"]
         self.dims_a, self.dims_b, self.names, self.settings, self.mode = dims_a, dims_b, names, settings, mode
         k, p, q = settings.ridge_folds, sum(dims_a), sum(dims_b)
-        self.s = s = Sums()
+        self.s = s = ShiftedSums((p, q), partial(_move_sums, dims_a=dims_a, dims_b=dims_b, folds=k))
+        self.states: list[State] = [s]
         s.add("n", k)
         s.add("sx", k, p)
         s.add("sy", k, q)
@@ -63,9 +85,6 @@ class FoldPart:
         s.add("tyy", k, len(dims_b))
         s.add("yy_cols", q)                # Σ (y − c)² per column (constant rule for B)
         self.seg_b = segments(dims_b)
-        self.shift: dict[str, Tensor | None] = {"x": None, "y": None}
-        self.rows = 0
-        self.needs_gather = False
 
     def _side(self, acts: Sequence[Tensor], side: str) -> tuple[Tensor, Tensor]:
         """One model's layers concatenated as float64 and centred on the batch mean ``m``: ``(x̃ (b, P),
@@ -73,16 +92,13 @@ class FoldPart:
         xd = torch.cat([a.detach().to(torch.float64) for a in acts], 1)
         mean = xd.mean(0)
         xd.sub_(mean)
-        if self.shift[side] is None:
-            self.shift[side] = mean.clone()
-        ref = self.shift[side]
-        assert ref is not None
+        offset = self.s.offset(side, mean)
         col = xd.sum(0)
         bad = torch.nonzero(~torch.isfinite(col)).flatten()[:1].tolist()
         if bad:
             dims = self.dims_a if side == "x" else self.dims_b
             raise self.names.non_finite("a" if side == "x" else "b", int(segments(dims)[bad[0]]))
-        return xd, mean - ref.to(xd.device)
+        return xd, offset
 
     def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int,
                offset: int = 0) -> None:
@@ -111,50 +127,11 @@ class FoldPart:
             cols = (yfd * yfd).sum(0) + 2 * dy * cy + nf * dy * dy
             s["tyy"][f].add_(segsum(cols, seg_b, lb, 0))
             s["yy_cols"].add_(cols)
-        self.rows += b
-
-    def shifts(self) -> list[Tensor]:
-        return [t.clone() if (t := self.shift[k]) is not None else torch.zeros(sum(d), dtype=torch.float64)
-                for k, d in (("x", self.dims_a), ("y", self.dims_b))]
-
-    def rebase(self, shifts: Sequence[Tensor]) -> None:
-        """Re-reference every fold's sums to new shifts ``[(P,), (Q,)]`` (exact algebra in float64)."""
-        new = {k: t.detach().double() for k, t in zip("xy", shifts, strict=True)}  # exact: never rounded
-        old_x, old_y = self.shift["x"], self.shift["y"]
-        if old_x is None or old_y is None:
-            self.shift.update(new)
-            return
-        s = self.s
-        dev = s["sx"].device
-        dx, dy = old_x.to(dev) - new["x"].to(dev), old_y.to(dev) - new["y"].to(dev)
-        seg_b, lb = self.seg_b.to(dev), len(self.dims_b)
-        for f in range(self.settings.ridge_folds):
-            n, sx, sy = s["n"][f], s["sx"][f].clone(), s["sy"][f].clone()
-            s["sxx"][f].add_(_outer_blocks(sx, dx, self.dims_a) + _outer_blocks(dx, sx, self.dims_a)
-                             + n * _outer_blocks(dx, dx, self.dims_a))
-            s["sxy"][f].add_(torch.outer(sx, dy) + torch.outer(dx, sy) + n * torch.outer(dx, dy))
-            cols = 2 * dy * sy + n * dy * dy
-            s["tyy"][f].add_(segsum(cols, seg_b, lb, 0))
-            s["yy_cols"].add_(cols)
-            s["sx"][f].add_(n * dx)
-            s["sy"][f].add_(n * dy)
-        self.shift.update({k: v.to(dev) for k, v in new.items()})
-
-    def state(self) -> list[Tensor]:
-        return self.s.list()
-
-    def merge(self, other: FoldPart) -> None:
-        if self.shift["x"] is None:
-            self.shift = dict(other.shift)
-        elif other.shift["x"] is not None:
-            other.rebase(self.shifts())
-        self.s.merge(other.s)
-        self.rows += other.rows
 
     def _constant(self, n: float) -> tuple[Tensor, Tensor]:
         """Constant layers by the one rule, from the summed moments about the reference shifts."""
         s = self.s
-        shift_x, shift_y = self.shifts()
+        shift_x, shift_y = self.s.shifts()
         sx, sy = s["sx"].sum(0), s["sy"].sum(0)
         diag, off = [], 0
         sxx = s["sxx"].sum(0)
@@ -172,7 +149,8 @@ class FoldPart:
             out.append(segsum(col, seg, len(dims), 0) == torch.as_tensor(dims, device=sums.device))
         return out[0], out[1]
 
-    def compute(self) -> Values:
+    def compute(self, progress: PhaseProgress | None = None) -> Values:
+        """Every metric of this part from the sums (``progress``: unused, nothing here takes long)."""
         s = self.s
         n = float(s["n"].sum().item())
         check_fold_samples(int(n), self.settings.ridge_folds)
@@ -184,5 +162,5 @@ class FoldPart:
 
     def describe(self) -> dict[str, dict[str, Any]]:
         return {"ridge_r2": {"mode": self.mode, "path": "folds", "n": int(self.s["n"].sum().item()), "null": 0,
-                             "state_bytes": sum(t.numel() * 8 for t in self.s.list()),
+                             "state_bytes": sum(t.numel() * 8 for t in self.s.summed()),
                              **ridge_describe(self.settings)}}

@@ -31,7 +31,7 @@ from simkit.metrics.cka import (
 from simkit.metrics.gram import batch_grams
 from simkit.metrics.streaming.common import (
     Names,
-    Sums,
+    PhaseProgress,
     Values,
     bootstrap_weights,
     ci_summary,
@@ -40,6 +40,7 @@ from simkit.metrics.streaming.common import (
     null_summary,
     perm_generator,
 )
+from simkit.metrics.streaming.state import State, Sums
 
 
 def checked_grams(acts: Sequence[Tensor], names: Names, side: str) -> tuple[Tensor, Tensor]:
@@ -72,7 +73,10 @@ def rbf_from_linear(g: Tensor, factor: float) -> Tensor:
 
 
 class MinibatchPart:
-    """Nguyen et al.'s minibatch CKA for any of linear_cka / unbiased_cka / rbf_cka, all pairs at once."""
+    """Nguyen et al.'s minibatch CKA for any of linear_cka / unbiased_cka / rbf_cka, all pairs at once.
+
+    Declared state: one ``sum`` (``self.s``): the sample and batch counts, the layers that varied, and per
+    metric the three HSIC streams (with the null's and the bootstrap replicates' when asked)."""
 
     def __init__(self, metrics: list[str], dims_a: list[int], dims_b: list[int], null: int, seed: int,
                  rbf_factor: float, names: Names, ci: float | None = None, ci_resamples: int = 200):
@@ -81,6 +85,7 @@ class MinibatchPart:
         self.ci, self.resamples = ci, ci_resamples if ci is not None else 0
         la, lb = len(dims_a), len(dims_b)
         self.s = Sums()
+        self.states: list[State] = [self.s]
         # n, batches seen, batches with b < 2, batches with b < 4
         self.s.add("counts", 4)
         for side, count in (("a", la), ("b", lb)):  # per layer: batches in which it was not constant
@@ -95,7 +100,6 @@ class MinibatchPart:
                 self.s.add(f"{m}.boot_cross", self.resamples, la, lb)
                 self.s.add(f"{m}.boot_self_a", self.resamples, la)
                 self.s.add(f"{m}.boot_self_b", self.resamples, lb)
-        self.needs_gather = False
 
     def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int,
                offset: int = 0) -> None:
@@ -158,17 +162,12 @@ class MinibatchPart:
                 prod = flat_a @ permuted.reshape(lb * k, b * b).T  # (La, Lb·k)
                 s[f"{m}.null"][first:first + k].add_(prod.reshape(la, lb, k).permute(2, 0, 1))
 
-    def state(self) -> list[Tensor]:
-        return self.s.list()
-
-    def merge(self, other: MinibatchPart) -> None:
-        self.s.merge(other.s)
-
     def constant(self) -> tuple[Tensor, Tensor]:
         """Constant layers ``(La,), (Lb,)`` bool: constant (``is_constant``) in every batch it was fed."""
         return self.s["varied_a"] == 0, self.s["varied_b"] == 0
 
-    def compute(self) -> Values:
+    def compute(self, progress: PhaseProgress | None = None) -> Values:
+        """Every metric's CKA from the summed streams (``progress``: unused, nothing here takes long)."""
         s = self.s
         counts = s["counts"].tolist()
         const_a, const_b = self.constant()

@@ -4,6 +4,7 @@ neighbour search per layer for both), ``"stored-cov"`` (shape measures with a nu
 each layer's spectrum from its samples, :mod:`simkit.metrics.streaming.shapes`), ``"stored-folds"``
 (``ridge_r2`` with a null or beyond the budget, :mod:`simkit.metrics.predictivity`) and ``"stored-rdm"``
 (``rsa``: one RDM upper triangle per layer, :mod:`simkit.metrics.rsa`, up to the ``n`` its memory allows).
+Each measure reaches its family through its catalogue row (``stored_family``, the key of :data:`FAMILIES`).
 
 Gram rows are produced in blocks with :mod:`simkit.metrics.cka`'s pieces (the one distance formula,
 median, RBF kernel, U-centring and ratio), as float64 products of float64 copies of the samples;
@@ -14,14 +15,14 @@ default). Every product and spectrum is float64, so the numerical rank is the on
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from simkit.catalog import GRAM_KINDS, KNN_MEASURES
+from simkit.catalog import GRAM_KINDS, KNN_MEASURES, MEASURES
 from simkit.errors import SimkitError
 from simkit.metrics._checks import is_constant
 from simkit.metrics.cka import (
@@ -44,7 +45,7 @@ from simkit.metrics.predictivity import (
 )
 from simkit.metrics.rsa import check_rsa_n, kendall_tau_a, prepared, rdm_upper, undefined_reason
 from simkit.metrics.settings import MeasureSettings
-from simkit.metrics.shape import PROCRUSTES, SHAPE_MEASURES, spectrum_from_samples
+from simkit.metrics.shape import PROCRUSTES, spectrum_from_samples
 from simkit.metrics.streaming.common import (
     Names,
     PhaseProgress,
@@ -58,12 +59,10 @@ from simkit.metrics.streaming.common import (
 )
 from simkit.metrics.streaming.folds import ridge_describe
 from simkit.metrics.streaming.shapes import shape_notes, shape_settings, shape_values
+from simkit.metrics.streaming.state import Rows, State
 
 KNN = KNN_MEASURES  # the catalogue's measures that share one neighbour search
 
-#: What :meth:`StoredPart.payload` hands over: global batch indices, and per stored batch the A and B
-#: activations (one CPU tensor per layer).
-StoredPayload = tuple[list[int], list[list[Tensor]], list[list[Tensor]]]
 
 def _silent(phase: str, advance: int, total: int) -> None:
     """The progress report of a call that asked for none."""
@@ -127,8 +126,22 @@ class GramRows:
         return self._rbf(idx) - self.row_mean[idx, None] - self.row_mean[None, :] + self.grand
 
 
+class Samples(NamedTuple):
+    """What every family computes from: all stored samples per layer (global batch order), the null's
+    permutations of B's samples (None: no null), and which layers are constant."""
+
+    xa: list[Tensor]
+    xb: list[Tensor]
+    perms: Tensor | None
+    const_a: Tensor
+    const_b: Tensor
+
+
 class StoredPart:
-    """Metrics that need all activations at once: exact-mode Gram-path CKA and mutual k-NN."""
+    """Metrics that need all activations at once: each measure's family (its catalogue row's
+    ``stored_family``, :data:`FAMILIES`) computes it from the stored samples.
+
+    Declared state: one ``cat`` (``self.rows``, :class:`~simkit.metrics.streaming.state.Rows`)."""
 
     def __init__(self, metrics: list[str], mode: str, dims_a: list[int], dims_b: list[int], null: int,
                  seed: int, rbf_factor: float, knn_k: int, memory_budget_bytes: int, max_stored_n: int,
@@ -137,12 +150,14 @@ class StoredPart:
         self.settings = settings or MeasureSettings()
         self.null, self.seed, self.rbf_factor, self.knn_k = null, seed, rbf_factor, knn_k
         self.budget, self.max_n, self.names, self.reasons = memory_budget_bytes, max_stored_n, names, reasons
-        self.chunks_a: list[list[Tensor]] = []
-        self.chunks_b: list[list[Tensor]] = []
-        self.indices: list[int] = []  # global batch index of every stored chunk (order of the data)
-        self.n = 0
-        self.needs_gather = True
+        self.rows = Rows()
+        self.states: list[State] = [self.rows]
         self.report: PhaseProgress = _silent
+
+    @property
+    def n(self) -> int:
+        """Samples stored."""
+        return self.rows.n
 
     def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int,
                offset: int = 0) -> None:
@@ -152,45 +167,16 @@ class StoredPart:
                 f"`max_stored_n`={self.max_n}; use `mode`=minibatch (CKA metrics), `reduce`=mean, or a smaller `n`")
         self.names.check_finite(("a", torch.stack([a.detach().sum(dtype=torch.float64) for a in acts_a])),
                                 ("b", torch.stack([t.detach().sum(dtype=torch.float64) for t in acts_b])))
-        self.chunks_a.append([own(a) for a in acts_a])
-        self.chunks_b.append([own(t) for t in acts_b])
-        self.indices.append(batch_index)
-        self.n += b
-
-    def state(self) -> list[Tensor]:
-        return []
-
-    def merge(self, other: StoredPart) -> None:
-        self.chunks_a += other.chunks_a
-        self.chunks_b += other.chunks_b
-        self.indices += other.indices
-        self.n += other.n
-
-    def payload(self) -> StoredPayload:
-        """This process's stored samples, picklable: ``(batch indices, chunks of A, chunks of B)`` on the CPU."""
-        return (list(self.indices), [[t.cpu() for t in c] for c in self.chunks_a],
-                [[t.cpu() for t in c] for c in self.chunks_b])
-
-    def load(self, payloads: Sequence[StoredPayload], device: torch.device | str | None = None) -> None:
-        """Replace the stored samples with those of all ``payloads`` (e.g. every rank's :meth:`payload`),
-        in global batch order, on ``device`` (default: where this part's samples were)."""
-        dev = device if device is not None else (self.chunks_a[0][0].device if self.chunks_a else None)
-        merged = [(index, chunk_a, chunk_b) for indices, chunks_a, chunks_b in payloads
-                  for index, chunk_a, chunk_b in zip(indices, chunks_a, chunks_b, strict=True)]
-        merged.sort(key=lambda entry: entry[0])
-        self.indices = [index for index, _, _ in merged]
-        self.chunks_a = [[t.to(dev) for t in chunk_a] for _, chunk_a, _ in merged]
-        self.chunks_b = [[t.to(dev) for t in chunk_b] for _, _, chunk_b in merged]
-        self.n = sum(len(c[0]) for c in self.chunks_a)
+        self.rows.append([own(a) for a in acts_a], [own(t) for t in acts_b], batch_index)
 
     def bootstrap(self, values: dict[str, np.ndarray], confidence: float, resamples: int, seed: int,
                   progress: PhaseProgress | None = None) -> dict[str, dict[str, np.ndarray]]:
-        """A bootstrap interval around ``values`` ({metric: (La, Lb)}, this part's :meth:`compute`) of every
-        metric of this part (:func:`~simkit.metrics.streaming.common.ci_summary`): ``resamples`` times, ``n`` samples
-        drawn with replacement (the same rows of A and B, from a generator seeded by ``seed``), every
-        metric recomputed on them (no null, warnings of the replicates silenced). ``{metric: {"ci_low",
-        "ci_high"}}`` (La, Lb). Duplicated samples shrink distances, so the k-NN and RSA intervals are
-        rough; see README "Intervals"."""
+        """A bootstrap interval around ``values`` ({metric: (La, Lb)}, this part's values) of every metric of
+        this part (:func:`~simkit.metrics.streaming.common.ci_summary`): ``resamples`` times, ``n`` samples
+        drawn with replacement from the declared rows (the same rows of A and B, from a generator seeded by
+        ``seed``), every metric recomputed on them (no null, warnings of the replicates silenced).
+        ``{metric: {"ci_low", "ci_high"}}`` (La, Lb). Duplicated samples shrink distances, so the k-NN and
+        RSA intervals are rough; see README "Intervals"."""
         import warnings
 
         xa, xb = self._layers()
@@ -201,11 +187,10 @@ class StoredPart:
             rows = torch.randint(self.n, (self.n,), generator=generator).to(xa[0].device)
             part = StoredPart(self.metrics, self.mode, self.dims_a, self.dims_b, 0, self.seed, self.rbf_factor,
                               self.knn_k, self.budget, self.max_n, self.names, self.reasons, self.settings)
-            part.chunks_a, part.chunks_b = [[x[rows] for x in xa]], [[y[rows] for y in xb]]
-            part.indices, part.n = [0], self.n
+            part.rows.hold([x[rows] for x in xa], [y[rows] for y in xb])
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                drawn = part.compute()
+                drawn = part.values()
             for m in self.metrics:
                 replicates[m].append(drawn[m]["value"])
             report(f"bootstrap interval ({resamples} resamples)", 1, resamples)
@@ -213,14 +198,24 @@ class StoredPart:
 
     def _layers(self) -> tuple[list[Tensor], list[Tensor]]:
         """All stored samples per layer, in global batch order: ``[(n, p_i)]``, ``[(n, q_j)]``."""
-        order = sorted(range(len(self.indices)), key=self.indices.__getitem__)
-        xa = [torch.cat([self.chunks_a[k][i] for k in order]) for i in range(len(self.dims_a))]
-        xb = [torch.cat([self.chunks_b[k][j] for k in order]) for j in range(len(self.dims_b))]
-        return xa, xb
+        return self.rows.layers(len(self.dims_a), len(self.dims_b))
 
     def compute(self, progress: PhaseProgress | None = None) -> Values:
-        """Every metric of this part; ``progress(phase, advance, total)`` hears of the neighbour searches
-        and of every permutation of a null (None: silent)."""
+        """Every metric of this part, with its bootstrap interval when ``settings.ci`` asks for one;
+        ``progress(phase, advance, total)`` hears of the neighbour searches, of every permutation of a null
+        and of every bootstrap resample (None: silent)."""
+        out = self.values(progress)
+        ci = self.settings.ci
+        if ci is not None:
+            values = {m: out[m]["value"] for m in self.metrics}
+            intervals = self.bootstrap(values, ci, self.settings.ci_resamples, self.seed, progress)
+            for m, interval in intervals.items():
+                out[m].update(interval)
+        return out
+
+    def values(self, progress: PhaseProgress | None = None) -> Values:
+        """Every metric of this part, without an interval: the families that serve several measures at once
+        (:data:`SHARED_FAMILIES`) first, then each other measure's family in the order of ``metrics``."""
         self.report = progress or _silent
         n = self.n
         if n == 0:
@@ -230,38 +225,36 @@ class StoredPart:
                                 ("b", torch.stack([x.double().sum() for x in xb])))
         const_a = torch.tensor([is_constant(x) for x in xa], device=xa[0].device)
         const_b = torch.tensor([is_constant(x) for x in xb], device=xa[0].device)
-        out = {}
         perms = None
         if self.null:
             perms = draw_perms(self.null, n, perm_generator(self.seed, -1), xa[0].device)
-        knn = self._knn(xa, xb, perms, const_a, const_b) if any(m in KNN for m in self.metrics) else {}
-        shapes = [m for m in self.metrics if m in SHAPE_MEASURES]
-        shaped = self._shapes(shapes, xa, xb, perms, const_a, const_b) if shapes else {}
+        samples = Samples(xa, xb, perms, const_a, const_b)
+        results: dict[str, dict[str, Any]] = {}
+        for family in SHARED_FAMILIES:
+            measures = [m for m in self.metrics if MEASURES[m].stored_family == family]
+            if measures:
+                results.update(FAMILIES[family].compute(self, measures, samples))
+        out = {}
         for m in self.metrics:
-            if m in KNN:
-                result = knn[m]
-            elif m in SHAPE_MEASURES:
-                result = shaped[m]
-            elif m == "ridge_r2":
-                result = self._ridge(xa, xb, perms, const_a, const_b)
-            elif m == "rsa":
-                result = self._rsa(xa, xb, perms, const_a, const_b)
-            else:
-                least = 4 if m == "unbiased_cka" else 2
-                if n < least:
-                    raise SimkitError(f"{m} needs at least {least} samples, got {n}; use more samples (`n`)")
-                result = self._gram(m, xa, xb, perms, const_a, const_b)
+            if m not in results:  # a family that computes one measure at a time
+                results.update(FAMILIES[MEASURES[m].stored_family].compute(self, [m], samples))
             self.names.warn_constant(m, const_a, const_b)
-            out[m] = {k: (v if isinstance(v, np.ndarray) else v.cpu().numpy()) for k, v in result.items()}
+            # tensors, or the arrays of null_summary: numpy either way
+            out[m] = {k: torch.as_tensor(v).cpu().numpy() for k, v in results[m].items()}
         return out
 
     def _chunk(self, layers: int) -> int:
         """Rows per block so that ``layers`` blocks of ``rows × n`` float64 use a quarter of the budget."""
         return max(1, min(self.n, self.budget // (4 * 8 * max(1, layers) * self.n)))
 
-    def _gram(self, m: str, xa: list[Tensor], xb: list[Tensor], perms: Tensor | None, const_a: Tensor,
-              const_b: Tensor) -> dict:
+    def _gram(self, measures: list[str], samples: Samples) -> dict[str, dict[str, Any]]:
+        """Family ``gram``: the CKA of one measure from centred (U-centred, RBF) Gram rows made in blocks."""
+        (m,) = measures
+        xa, xb, perms, const_a, const_b = samples
         n, kind = self.n, GRAM_KINDS[m]
+        least = 4 if kind == "unbiased" else 2
+        if n < least:
+            raise SimkitError(f"{m} needs at least {least} samples, got {n}; use more samples (`n`)")
         la, lb = len(xa), len(xb)
         chunk = self._chunk(la + lb)
         if kind == "rbf" and 16 * n * n > self.budget:
@@ -294,14 +287,14 @@ class StoredPart:
         if self.null:
             result.update(null_summary(mask_constant(cka_ratio(null, ratio_a, ratio_b, warn=False),
                                                      const_a, const_b)))
-        return result
+        return {m: result}
 
-    def _knn(self, xa: list[Tensor], xb: list[Tensor], perms: Tensor | None, const_a: Tensor,
-             const_b: Tensor) -> dict[str, dict[str, Any]]:
-        """Mutual and Jaccard k-NN of all pairs from each layer's neighbour sets (searched once for both), as
+    def _knn(self, measures: list[str], samples: Samples) -> dict[str, dict[str, Any]]:
+        """Family ``knn``: mutual and Jaccard k-NN of all pairs from each layer's neighbour sets (searched once for both), as
         sets of edge codes ``r·n + s``; per sample the shared count ``c`` gives ``c / k`` and ``c / (2k − c)``.
 
         A constant layer's neighbours are all ties: its pairs are NaN, as for CKA."""
+        xa, xb, perms, const_a, const_b = samples
         n, k = self.n, self.knn_k
         if k > n - 1:
             which = " and ".join(m for m in KNN if m in self.metrics)
@@ -349,9 +342,10 @@ class StoredPart:
     def _centred(self, xs: list[Tensor]) -> list[Tensor]:
         return [(x.double() - x.double().mean(0)) for x in xs]
 
-    def _shapes(self, measures: list[str], xa: list[Tensor], xb: list[Tensor], perms: Tensor | None,
-                const_a: Tensor, const_b: Tensor) -> dict[str, dict[str, Any]]:
-        """Shape measures from each layer's spectrum of its stored samples (``E = X̃V``, ``(n, min(n, p))``)."""
+    def _shapes(self, measures: list[str], samples: Samples) -> dict[str, dict[str, Any]]:
+        """Family ``cov``: shape measures from each layer's spectrum of its stored samples (``E = X̃V``,
+        ``(n, min(n, p))``)."""
+        xa, xb, perms, const_a, const_b = samples
         n = self.n
         if n < 2:
             raise SimkitError(f"{', '.join(measures)} need at least 2 samples, got {n}; use more samples (`n`)")
@@ -382,13 +376,13 @@ class StoredPart:
                 out[m].update(null_summary(torch.stack([d[m] for d in draws])))
         return out
 
-    def _ridge(self, xa: list[Tensor], xb: list[Tensor], perms: Tensor | None, const_a: Tensor,
-               const_b: Tensor) -> dict[str, Any]:
-        """``ridge_r2`` of the stored samples, one A layer at a time (fold of sample ``i``: ``i mod ridge_folds``,
+    def _ridge(self, measures: list[str], samples: Samples) -> dict[str, dict[str, Any]]:
+        """Family ``folds``: ``ridge_r2`` of the stored samples, one A layer at a time (fold of sample ``i``: ``i mod ridge_folds``,
         ``i`` its global position). B's layers are centred once for every A layer; each A layer's fold
         factorisations are made once and serve the value and every permutation of a null (they depend on A's
         samples only): in sample space for a wide layer (:class:`~simkit.metrics.predictivity.SampleFolds`),
         from the per-fold moments otherwise (:func:`~simkit.metrics.predictivity.fold_solvers`)."""
+        xa, xb, perms, const_a, const_b = samples
         st = self.settings
         check_fold_samples(self.n, st.ridge_folds)
         q = sum(self.dims_b)
@@ -403,7 +397,7 @@ class StoredPart:
         result: dict[str, Any] = {"value": mask_constant(values[0], const_a, const_b)}
         if len(orders) > 1:
             result.update(null_summary(mask_constant(values[1:], const_a, const_b)))
-        return result
+        return {"ridge_r2": result}
 
     def _ridge_layer(self, x: Tensor, y: Tensor, orders: list[Tensor | None]) -> Tensor:
         """R² ``(len(orders), Lb)`` of one A layer predicting B's centred samples ``y``, for each order of B's
@@ -428,11 +422,12 @@ class StoredPart:
                 self.report(f"ridge_r2 null ({self.null} permutations)", 1, self.null * len(self.dims_a))
         return torch.stack(out)
 
-    def _rsa(self, xa: list[Tensor], xb: list[Tensor], perms: Tensor | None, const_a: Tensor,
-             const_b: Tensor) -> dict[str, Any]:
-        """RSA of all pairs: one prepared RDM upper triangle per layer, Pearson/Spearman as one product."""
+    def _rsa(self, measures: list[str], samples: Samples) -> dict[str, dict[str, Any]]:
+        """Family ``rdm``: RSA of all pairs, one prepared RDM upper triangle per layer, Pearson/Spearman as
+        one product."""
         import warnings
 
+        xa, xb, perms, const_a, const_b = samples
         n, st = self.n, self.settings
         check_rsa_n(n, len(xa) + len(xb), self.budget, bool(self.null))
         dev = xa[0].device
@@ -471,36 +466,69 @@ class StoredPart:
                     null[t, :, j] = compare(ready["a"], [full[pk[iu[0]], pk[iu[1]]]])[:, 0]
                     self.report(f"rsa null ({self.null} permutations)", 1, self.null * lb)
             result.update(null_summary(mask_constant(null, const_a, const_b)))
-        return result
+        return {"rsa": result}
 
     def describe(self) -> dict[str, dict[str, Any]]:
+        """How each metric was computed: its family's path (``stored-<family>``), the stored bytes, why it is
+        stored, its family's settings and notes, and the interval's rule when ``settings.ci`` asks for one."""
         out = {}
-        stored = sum(sum(t.numel() * t.element_size() for t in c) for c in self.chunks_a + self.chunks_b)
+        stored = self.rows.nbytes()
         for m in self.metrics:
-            path = ("stored-knn" if m in KNN else "stored-cov" if m in SHAPE_MEASURES else
-                    "stored-folds" if m == "ridge_r2" else "stored-rdm" if m == "rsa" else "stored-gram")
-            out[m] = {"mode": self.mode, "path": path, "n": self.n, "null": self.null,
+            family = MEASURES[m].stored_family
+            out[m] = {"mode": self.mode, "path": f"stored-{family}", "n": self.n, "null": self.null,
                       "stored_bytes": stored, "reason": self.reasons.get(m, "")}
-            if m in KNN:
-                out[m].update(k=self.knn_k, note="computed on all samples in either mode")
-            elif m in SHAPE_MEASURES:
-                out[m].update(measure=shape_notes(m), **shape_settings([m], self.settings),
-                              note="exact, from each layer's spectrum of all stored samples (in either mode)")
-            elif m == "ridge_r2":
-                out[m].update(ridge_describe(self.settings))
-            elif m == "rsa":
-                out[m].update(rsa_distance=self.settings.rsa_distance, rsa_compare=self.settings.rsa_compare,
-                              max_n=self.max_rsa_n(), note="RDMs of all samples (in either mode); memory O(n^2) "
-                              "per layer, n limited by `memory_budget_bytes`")
-            else:
-                out[m].update(hsic="unbiased HSIC_1" if m == "unbiased_cka" else "biased HSIC",
-                              kernel="rbf" if m == "rbf_cka" else "linear")
-            if m == "rbf_cka":
-                out[m]["bandwidth"] = f"{self.rbf_factor} x median pairwise distance over all samples"
+            out[m].update(FAMILIES[family].notes(self, m))
+            if self.settings.ci is not None:
+                out[m]["ci"] = (f"{self.settings.ci:.0%} interval: value ± z × the standard deviation of a "
+                                f"bootstrap over samples, {self.settings.ci_resamples} resamples")
         return out
+
+    def _gram_notes(self, m: str) -> dict[str, Any]:
+        notes = {"hsic": "unbiased HSIC_1" if GRAM_KINDS[m] == "unbiased" else "biased HSIC",
+                 "kernel": "rbf" if GRAM_KINDS[m] == "rbf" else "linear"}
+        if GRAM_KINDS[m] == "rbf":
+            notes["bandwidth"] = f"{self.rbf_factor} x median pairwise distance over all samples"
+        return notes
+
+    def _knn_notes(self, m: str) -> dict[str, Any]:
+        return {"k": self.knn_k, "note": "computed on all samples in either mode"}
+
+    def _shape_notes(self, m: str) -> dict[str, Any]:
+        return {"measure": shape_notes(m), **shape_settings([m], self.settings),
+                "note": "exact, from each layer's spectrum of all stored samples (in either mode)"}
+
+    def _ridge_notes(self, m: str) -> dict[str, Any]:
+        return ridge_describe(self.settings)
+
+    def _rsa_notes(self, m: str) -> dict[str, Any]:
+        return {"rsa_distance": self.settings.rsa_distance, "rsa_compare": self.settings.rsa_compare,
+                "max_n": self.max_rsa_n(), "note": "RDMs of all samples (in either mode); memory O(n^2) "
+                "per layer, n limited by `memory_budget_bytes`"}
 
     def max_rsa_n(self) -> int:
         """The largest ``n`` RSA accepts for these layers and this budget (and ``max_stored_n``)."""
         from simkit.metrics.rsa import rsa_max_n
 
         return min(self.max_n, rsa_max_n(self.budget, len(self.dims_a) + len(self.dims_b), bool(self.null)))
+
+
+class Family(NamedTuple):
+    """How the stored strategy computes one family of measures: ``compute(part, measures, samples)`` →
+    ``{measure: {"value", ["null", ...]}}`` (tensors or arrays), ``notes(part, measure)`` → its ``describe()``
+    entries beyond the path."""
+
+    compute: Callable[[StoredPart, list[str], Samples], dict[str, dict[str, Any]]]
+    notes: Callable[[StoredPart, str], dict[str, Any]]
+
+
+#: every catalogue ``stored_family`` → how it is computed and described
+FAMILIES: dict[str, Family] = {
+    "gram": Family(StoredPart._gram, StoredPart._gram_notes),
+    "knn": Family(StoredPart._knn, StoredPart._knn_notes),
+    "cov": Family(StoredPart._shapes, StoredPart._shape_notes),
+    "folds": Family(StoredPart._ridge, StoredPart._ridge_notes),
+    "rdm": Family(StoredPart._rsa, StoredPart._rsa_notes),
+}
+#: the families that serve all their measures from one shared step (one neighbour search, each layer's
+#: spectrum once): computed once for all of them, first; the others measure by measure
+SHARED_FAMILIES = ("knn", "cov")

@@ -4,6 +4,7 @@ so an interrupted run never leaves a half-written file behind."""
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import math
 import os
@@ -54,6 +55,10 @@ def _fill(write: Callable[[Path], object], tmp: Path) -> None:
     write(tmp)
 
 
+#: the suffix of a staged file (a complete file written for a later rename; an interrupted save leaves it)
+STAGED = ".staged"
+
+
 def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
     """Call ``write(tmp_path)`` then rename ``tmp_path`` onto ``path`` (same directory, atomic).
 
@@ -61,15 +66,28 @@ def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
     in full. An OSError (a full disk: ENOSPC, EDQUOT, EFBIG; no permission) is raised as a
     :class:`WriteError` naming ``path`` and the cause."""
     path = Path(path)
+    tmp = stage(path, write, suffix=".tmp")
+    try:
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise write_error(path, exc) from None
+    return path
+
+
+def stage(path: str | Path, write: Callable[[Path], object], suffix: str = STAGED) -> Path:
+    """Call ``write(tmp_path)`` on a new file beside ``path`` (``.<name>.<random><suffix>``) and return it,
+    complete, for the caller to rename onto ``path`` (``RunResult.save`` commits a set of them together).
+    Any failure removes it; an OSError is raised as a :class:`WriteError` naming ``path``."""
+    path = Path(path)
     tmp: Path | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
         tmp = Path(name)
         os.close(fd)
         _fill(write, tmp)
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual permissions
-        os.replace(tmp, path)
     except BaseException as exc:
         if tmp is not None:
             try:
@@ -79,7 +97,19 @@ def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
         if isinstance(exc, OSError) and not isinstance(exc, WriteError):
             raise write_error(path, exc) from None
         raise
-    return path
+    return tmp
+
+
+def file_sha256(path: str | Path) -> str | None:
+    """Hex sha256 of a file's bytes (None when there is no such file)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def write_text(path: str | Path, text: str) -> Path:
@@ -95,6 +125,11 @@ def write_json(path: str | Path, obj: Any) -> Path:
 def write_csv(path: str | Path, frame) -> Path:
     """Write a pandas DataFrame as CSV without its index."""
     return atomic_write(path, lambda p: frame.to_csv(p, index=False))
+
+
+def stage_csv(path: str | Path, frame) -> Path:
+    """A DataFrame as CSV without its index, staged for ``path`` (:func:`stage`)."""
+    return stage(path, lambda p: frame.to_csv(p, index=False))
 
 
 class _Sink:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -171,7 +171,7 @@ class Names(Constraint):
     """A list of names out of ``values`` (a comma string or one name is read as a list), duplicates dropped,
     ``aliases`` read as the name they stand for; ``empty``: whether no name at all is allowed."""
 
-    values: tuple[str, ...]
+    values: Sequence[str]   # a live sequence stays live (the catalogue's names, plug-ins included)
     kind: str = "name"
     empty: bool = False
     aliases: tuple[tuple[str, str], ...] = ()

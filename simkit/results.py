@@ -19,7 +19,8 @@ import pandas as pd
 
 from simkit.catalog import colour_bounds
 from simkit.errors import SimkitError
-from simkit.io import write_csv, write_json
+from simkit.faults import phase
+from simkit.io import STAGED, file_sha256, stage, stage_csv, write_json
 
 # How a result shows itself in a notebook (``_repr_html_``): result kind → HTML builder. The report layer
 # fills it when imported (``simkit.report``, which ``simkit.engine`` and ``simkit.load`` import); results
@@ -96,27 +97,35 @@ class RunResult:
         name = self.main_table or next(iter(self.tables))
         return self.tables[name].copy()
 
-    def save(self, out: str | Path) -> Path:
-        """Write the run directory's data files (each atomically): the CSV tables, then ``result.json``.
-
-        The HTML report is the report layer's: ``simkit.report.save_run(result, out)`` saves and renders.
+    def save(self, out: str | Path, render: Callable[[Path], object] | None = None) -> Path:
+        """Write the run directory's files as one set: the CSV tables (and the report, when ``render(path)``
+        writes it) are staged beside the earlier run's, then the earlier ``result.json`` is removed, the
+        staged files renamed into place and the new ``result.json`` written last, naming each table's
+        sha256 (``files``). A kill before the commit leaves the earlier run as it was; during it, a
+        directory without ``result.json`` (clearly incomplete); :func:`load` refuses a set whose tables do
+        not match their ``result.json``. ``simkit.report.save_run(result, out)`` saves and renders.
         """
-        out = Path(out)
-        if out.exists() and not out.is_dir():
-            raise SimkitError(f"`out` {out} is an existing file, not a directory; choose another `out`")
+        out = _run_directory(out)
+        staged: dict[Path, Path] = {}
         try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise SimkitError(f"cannot create the run directory {out} ({exc.strerror}); choose another `out`") \
-                from None
-        for name, frame in self.tables.items():
-            write_csv(out / f"{name}.csv", frame)
-        write_json(out / "result.json", {
-            "kind": self.kind, "summary": self.summary, "meta": self.meta,
-            "tables": sorted(self.tables), "extra": self.extra,
-            "text_columns": {name: text_columns(frame) for name, frame in self.tables.items()},
-        })
+            for name, frame in self.tables.items():
+                staged[out / f"{name}.csv"] = stage_csv(out / f"{name}.csv", frame)
+            if render is not None:
+                staged[out / "report.html"] = stage(out / "report.html", render)
+            record = {**self._record(), "files": {path.name: file_sha256(staged_path)
+                                                  for path, staged_path in staged.items() if path.suffix == ".csv"}}
+            phase("writing")
+            _commit(out, staged, render is not None)
+        finally:
+            for staged_path in staged.values():  # what a failure left staged (after the commit: nothing)
+                staged_path.unlink(missing_ok=True)
+        write_json(out / "result.json", record)
         return out
+
+    def _record(self) -> dict[str, Any]:
+        """What ``result.json`` holds besides the tables' digests."""
+        return {"kind": self.kind, "summary": self.summary, "meta": self.meta, "tables": sorted(self.tables),
+                "extra": self.extra, "text_columns": {name: text_columns(frame) for name, frame in self.tables.items()}}
 
     @classmethod
     def from_dir(cls, run_dir: Path, data: dict[str, Any]) -> RunResult:
@@ -129,6 +138,8 @@ class RunResult:
         if not isinstance(text, dict) or not all(isinstance(v, list) for v in text.values()):
             raise SimkitError(f"{run_dir / 'result.json'}: text_columns is not a mapping of table names to "
                               "column lists; rerun the command that wrote it")
+        if "files" in data:
+            _check_files(run_dir, data["files"])
         tables = {name: _read_table(run_dir, name, text.get(name, [])) for name in data.get("tables", [])}
         for name, needed in cls.required_columns.items():
             lacking = [c for c in needed if name in tables and c not in tables[name].columns]
@@ -141,6 +152,43 @@ class RunResult:
                                   "that wrote it")
         return cls(summary=data.get("summary", {}), tables=tables,
                    meta=data.get("meta", {}), extra=data.get("extra", {}))
+
+
+def _run_directory(out: str | Path) -> Path:
+    """``out`` as a directory (created when missing), without the staged files of an interrupted save."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise SimkitError(f"`out` {out} is an existing file, not a directory; choose another `out`")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SimkitError(f"cannot create the run directory {out} ({exc.strerror}); choose another `out`") from None
+    for leftover in [*out.glob(f".*{STAGED}"), *out.glob(".*.tmp")]:  # a killed save's (the lock is ours)
+        leftover.unlink(missing_ok=True)
+    return out
+
+
+def _commit(out: Path, staged: dict[Path, Path], with_report: bool) -> None:
+    """Replace the earlier run's files by the staged ones: its ``result.json`` first (from then on the
+    directory is incomplete until the new one is written), then every staged file renamed into place; an
+    earlier report that this run does not replace is removed (it described another run)."""
+    (out / "result.json").unlink(missing_ok=True)
+    if not with_report:
+        (out / "report.html").unlink(missing_ok=True)
+    for path, staged_path in staged.items():
+        staged_path.replace(path)
+
+
+def _check_files(run_dir: Path, files: Any) -> None:
+    """Each table a ``result.json`` names with its sha256 (``files``) has those bytes; else the directory
+    mixes two runs' files."""
+    if not isinstance(files, dict):
+        raise SimkitError(f"{run_dir / 'result.json'}: 'files' is not a mapping of file names to digests; rerun "
+                          "the command that wrote it")
+    for name, digest in files.items():
+        if file_sha256(run_dir / str(name)) != digest:
+            raise SimkitError(f"{run_dir / str(name)} does not match {run_dir / 'result.json'} (another run's, or "
+                              "changed since): the directory mixes two runs' files; rerun the command that wrote it")
 
 
 def _chosen_figures(figures: dict[str, Callable[[], Any]], name: str | None, single: bool,

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from simkit.errors import SimkitError
+from simkit.io import file_sha256
 
 INPUTS_FILE = "inputs.json"
 CHECKPOINTS_DIR = "checkpoints"
@@ -503,11 +504,7 @@ def sha256(path: Path) -> str | None:
     """Hex sha256 of a file's bytes; of a directory's (relative path, file digest) list, hidden names and
     __pycache__ left out; None when nothing is there."""
     if path.is_file():
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        return digest.hexdigest()
+        return file_sha256(path)
     if not path.is_dir():
         return None
     digest = hashlib.sha256()

@@ -48,7 +48,7 @@ from simkit.engine.assemble import Run, compare_result, selector
 from simkit.engine.batches import steps
 from simkit.engine.caches import CacheWriter, check_capture
 from simkit.engine.measure import measure
-from simkit.engine.sources import FORMAT, is_cache, read_manifest, select_names
+from simkit.engine.sources import FORMAT, check_same_samples, is_cache, read_manifest, select_names
 from simkit.errors import SimkitError
 from simkit.forward import resolve_device
 from simkit.io import write_json
@@ -83,6 +83,7 @@ class ActivationSource:
     path: Path | None = None
     format: str = "arrays"
     weights: str | None = None
+    manifest: dict[str, Any] | None = None
     closers: list[Any] = field(default_factory=list)
     _digest: str | None = None
 
@@ -337,7 +338,7 @@ def cache_source(path: Path) -> ActivationSource:
         layer["name"]: Chunked((start, int(layer["dim"])), torch.float32, _shard_reader(shards, layer["name"], path))
         for layer in manifest["layers"]}
     source = ActivationSource(str(manifest["model"]), layers, path=path, format="simkit cache",
-                              weights=str(manifest.get("weights", "unknown (an older cache)")))
+                              weights=str(manifest.get("weights", "unknown (an older cache)")), manifest=manifest)
     if manifest.get("ids"):
         source.ids = check_ids(json.loads((path / manifest["ids"]).read_text(encoding="utf-8")), source,
                                f"the ids of cache {path}")
@@ -383,7 +384,11 @@ class Alignment:
 
 def align(sources: Sequence[ActivationSource], min_overlap: float) -> Alignment:
     """Match the samples of ``sources``: by ID when every source has IDs (the samples present in all, in the
-    first source's order), else by position (same number of rows required)."""
+    first source's order), else by position (same number of rows required). Caches captured from models
+    must hold the same samples by their digests (``simkit.engine.sources.check_same_samples``)."""
+    captured = [s for s in sources if s.manifest is not None and s.manifest.get("source") != IMPORTED]
+    if len(captured) > 1:  # caches captured from models: their sample digests must agree, as ever
+        check_same_samples([s.manifest or {} for s in captured], [s.path or s.label for s in captured])
     rows = [source.rows for source in sources]
     if any(source.ids is None for source in sources):
         if len(set(rows)) > 1:

@@ -19,6 +19,7 @@ from simkit import distributed
 from simkit.engine.batches import check_batch_size, count_rows, data_label, global_batches, steps
 from simkit.engine.sources import FORMAT, MANIFEST, Tap
 from simkit.errors import SimkitError
+from simkit.faults import phase
 from simkit.forward import resolve_device
 from simkit.io import atomic_write, write_json
 from simkit.layers import resolve_layers
@@ -173,6 +174,7 @@ class CacheWriter:
         atomic_write(self.path / name, lambda p: save_file(tensors, str(p)))
         self.shards.append({"file": name, "rows": int(next(iter(tensors.values())).shape[0])})
         self.pending, self.pending_bytes = [], 0
+        phase("capturing")
 
     def finish(self, manifest: dict[str, Any]) -> None:
         """Write ``manifest`` (the cache is complete from then on) and release the directory."""

@@ -19,10 +19,10 @@ from simkit.engine.array_files import is_array_path
 from simkit.engine.arrays import IMPORTED
 from simkit.engine.sources import is_cache, read_manifest
 from simkit.errors import SimkitError
+from simkit.faults import phase
 from simkit.models import load_model
 from simkit.models.loading import MODEL_SPEC_KINDS
 from simkit.seeding import pair_seeds
-
 
 #: the kinds of model spec (``file:``, ``hf:``, ...): a source named so is a model, whatever its suffix
 MODEL_KINDS = tuple(kind.partition(":")[0] for kind in MODEL_SPEC_KINDS)
@@ -61,6 +61,7 @@ def load_pair(spec_a: str, spec_b: str, data: str, *, seed: int = 0, data_seed: 
         load_data(data, n=n, seed=seeds["data"], tokenizer=tokenizers[1])
     model_a = load_model(spec_a, seed=seeds["model_a"], trust=trust, weights=_path(weights_a), dtype=dtype)
     model_b = load_model(spec_b, seed=seeds["model_b"], trust=trust, weights=_path(weights_b), dtype=dtype)
+    phase("loading")  # a test hook (simkit.faults): nothing unless SIMKIT_KILL_AT names it
     return LoadedPair(model_a, model_b, dataset, dataset_b, seeds)
 
 

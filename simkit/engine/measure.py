@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 from simkit import distributed
 from simkit.errors import SimkitError
+from simkit.faults import phase
 from simkit.metrics.settings import CompareSettings
 from simkit.metrics.shape import cca_refusal
 from simkit.metrics.streaming import Accumulator, make_accumulator
@@ -150,6 +151,7 @@ def stream_and_compute(activations: Iterable[Activations], settings: CompareSett
             if expected_rows is not None:  # refuse before any further forward pass
                 refuse_undefined(settings, dims_a, dims_b, expected_rows, names_a, names_b)
             accumulator = build(dims_a, dims_b)
+            phase("streaming")  # a test hook (simkit.faults): nothing unless SIMKIT_KILL_AT names it
         # global batches hold batch_size rows (all but the last), so the batch's first sample is index·batch_size
         accumulator.update(acts_a, acts_b, batch_index=index, row_offset=index * settings.batch_size)
         rows += int(acts_a[0].shape[0])
@@ -169,5 +171,6 @@ def stream_and_compute(activations: Iterable[Activations], settings: CompareSett
     if "unbiased_cka" in settings.metrics and rows < 4:
         raise SimkitError(f"unbiased CKA needs at least 4 samples, got {rows}; raise `n`")
     start = time.perf_counter()
+    phase("computing")
     values = compute_with_progress(accumulator, progress)
     return Measured(values, rows, dims_a, dims_b, accumulator.describe(), time.perf_counter() - start)

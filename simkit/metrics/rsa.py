@@ -58,23 +58,32 @@ def check_rsa_n(n: int, layers: int, budget: int, null: bool = False) -> None:
                           f"n={rsa_max_n(budget, layers, null)} (`n`) or raise `memory_budget_bytes`")
 
 
-def rdm_upper(x: Tensor, distance: str) -> Tensor | None:
-    """Upper triangle (``i < j``, row-major, ``(n(n−1)/2,)`` float64) of the RDM of ``x (n, p)``; None when
-    undefined (a constant sample vector for ``correlation``, a zero one for ``cosine``)."""
+def rdm_embedding(x: Tensor, distance: str) -> Tensor | None:
+    """The samples ``z (n, p)`` float64 whose Euclidean geometry gives the RDM of ``x (n, p)``: unit rows,
+    centred first for ``correlation`` (then ``1 − r = ½‖z_i − z_j‖²``), unit rows for ``cosine``, ``x``
+    column-centred for ``euclidean``; None when undefined (a constant sample vector for ``correlation``,
+    a zero one for ``cosine``)."""
     x = x.double()
-    n = len(x)
+    if distance == "euclidean":
+        return x - x.mean(0)
     if distance == "correlation":
         z = x - x.mean(1, keepdim=True)
         bad = (z * z).sum(1) <= CONSTANT_RTOL * (x * x).sum(1)
-    elif distance == "cosine":
+    else:
         z = x
         bad = (x * x).sum(1) == 0
-    else:
-        z = x - x.mean(0)
-    if distance != "euclidean":
-        if bool(bad.any()):
-            return None
-        z = z / z.norm(dim=1, keepdim=True)
+    if bool(bad.any()):
+        return None
+    return z / z.norm(dim=1, keepdim=True)
+
+
+def rdm_upper(x: Tensor, distance: str) -> Tensor | None:
+    """Upper triangle (``i < j``, row-major, ``(n(n−1)/2,)`` float64) of the RDM of ``x (n, p)``; None when
+    undefined (a constant sample vector for ``correlation``, a zero one for ``cosine``)."""
+    n = len(x)
+    z = rdm_embedding(x, distance)
+    if z is None:
+        return None
     sq = (z * z).sum(1)
     step = max(1, _BLOCK // max(1, n))
     parts = []

@@ -19,7 +19,8 @@ from typing import Any
 import jinja2
 
 from simkit.errors import SimkitError
-from simkit.io import write_text
+from simkit.faults import phase
+from simkit.io import atomic_write
 from simkit.plotting import figure_style
 from simkit.report import compare, convert, graft, linearize, stitch, study, trend
 from simkit.report.figures import collect_figures, format_number, meta_html
@@ -106,14 +107,19 @@ FIGURE_VIEWS.update(dict.fromkeys(REPORT_KINDS, report_figures))
 
 def render_report(result: RunResult, path: str | Path) -> Path:
     """Render ``result`` to ``path`` (written atomically) and return the path."""
-    return write_text(path, render_html(result))
+    return atomic_write(path, lambda tmp: write_report(result, tmp))
+
+
+def write_report(result: RunResult, path: Path) -> None:
+    """Render ``result`` into the file ``path`` (plain write: the caller stages or renames it)."""
+    html = render_html(result)
+    phase("rendering")
+    path.write_text(html, encoding="utf-8")
 
 
 def save_run(result: RunResult, out: str | Path, report: bool = True) -> Path:
-    """Write the run directory ``out``: the result's data files, then ``report.html`` unless told not to,
-    holding the directory's lock (``simkit.rundir.locked``: another run writing there is refused)."""
+    """Write the run directory ``out``: the result's data files and ``report.html`` (unless told not to) as
+    one set (``RunResult.save``: staged, then committed with ``result.json`` last), holding the directory's
+    lock (``simkit.rundir.locked``: another run writing there is refused)."""
     with locked(out, result.kind):
-        out = result.save(out)
-        if report:
-            render_report(result, out / "report.html")
-    return out
+        return result.save(out, render=(lambda path: write_report(result, path)) if report else None)

@@ -84,6 +84,7 @@ class CompareSettings(Settings):
     ridge_folds: int = measure_setting("ridge_folds")
     rsa_distance: str = measure_setting("rsa_distance")
     rsa_compare: str = measure_setting("rsa_compare")
+    dcor_estimator: str = measure_setting("dcor_estimator")
     ci: float | None = option(None, Optional(Real(gt=0, lt=1)), "Confidence of a bootstrap interval per cell "
                               "(ci_low, ci_high in similarity.csv), e.g. 0.95; minibatch CKA: a Poisson bootstrap "
                               "over batches, nearly free.", show_default="none",

@@ -3,73 +3,56 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
 from simkit.errors import SimkitError
+from simkit.options import Choice, Flag, Integer, Optional, Real, Settings, Text, option, rule
 
 OPTIMIZERS = ("adamw", "adam", "sgd")
-SCHEDULERS = (None, "cosine")
 
 
-@dataclass
-class TrainConfig:
-    """Settings of one call of :func:`simkit.training.fit`.
+@dataclass(frozen=True)
+class TrainConfig(Settings):
+    """Settings of one call of :func:`simkit.training.fit`, each declared once (``simkit.options``; library
+    only, no flag): steps / epochs give the length (at least one; with both, the first reached stops it)."""
 
-    steps / epochs: length of the run; give at least one (with both, the first reached stops it).
-    batch_size: rows per (global) batch; the last batch of an epoch may be smaller.
-    lr, optimizer (adamw | adam | sgd), weight_decay, momentum (sgd only), grad_clip (max L2 norm).
-    seed: seeds Python, numpy and torch at the start of a fresh run, and the per-epoch shuffles.
-    checkpoint_every: steps between checkpoints (0 = only on SIGINT/SIGTERM and at the end).
-    plateau_window: steps of the loss EMA and between plateau checks (0 = off; the paper uses 500).
-    plateau_factor: LR multiplier on a plateau (0.5 halves it).
-    plateau_threshold: relative improvement of the EMA over its best that counts as progress [ours].
-    stop_loss: stop when the smoothed loss falls below it. min_lr: stop when the LR falls below it.
-    scheduler: None or "cosine" (cosine decay to 0 over the run's steps, times the plateau scale).
-    deterministic: ``torch.use_deterministic_algorithms(True, warn_only=True)`` during the run.
-    progress: show a rich progress bar. description: its label.
-    """
+    steps: int | None = option(None, Optional(Integer(ge=0)), "Optimizer steps of the run.", cli=False)
+    epochs: float | None = option(None, Optional(Real(ge=0)), "Epochs of the run.", cli=False)
+    batch_size: int = option(128, Integer(ge=1), "Rows per (global) batch; the last batch of an epoch may be "
+                             "smaller.", cli=False)
+    lr: float = option(1e-3, Real(), "Learning rate.", cli=False)
+    optimizer: str = option("adamw", Choice(OPTIMIZERS), "adamw, adam or sgd.", cli=False)
+    weight_decay: float = option(0.0, Real(), "Weight decay.", cli=False)
+    momentum: float = option(0.9, Real(), "Momentum (sgd only).", cli=False)
+    grad_clip: float | None = option(None, Optional(Real()), "Max L2 norm of the gradients (None: no clipping).",
+                                     cli=False)
+    seed: int = option(0, Integer(), "Seeds Python, numpy and torch at the start of a fresh run, and the "
+                       "per-epoch shuffles.", cli=False)
+    checkpoint_every: int = option(0, Integer(ge=0), "Steps between checkpoints (0 = only on SIGINT/SIGTERM "
+                                   "and at the end).", cli=False)
+    plateau_window: int = option(0, Integer(ge=0), "Steps of the loss EMA and between plateau checks (0 = off; "
+                                 "the paper uses 500).", cli=False)
+    plateau_factor: float = option(0.5, Real(gt=0, lt=1), "LR multiplier on a plateau (0.5 halves it).", cli=False)
+    plateau_threshold: float = option(1e-3, Real(), "Relative improvement of the EMA over its best that counts "
+                                      "as progress [ours].", cli=False)
+    stop_loss: float | None = option(None, Optional(Real()), "Stop when the smoothed loss falls below it.",
+                                     cli=False)
+    min_lr: float | None = option(None, Optional(Real()), "Stop when the LR falls below it.", cli=False)
+    scheduler: str | None = option(None, Optional(Choice(("cosine",))), "None or cosine (decay to 0 over the "
+                                   "run's steps, times the plateau scale).", cli=False)
+    deterministic: bool = option(True, Flag(), "torch.use_deterministic_algorithms(True, warn_only=True) during "
+                                 "the run.", cli=False)
+    progress: bool = option(True, Flag(), "Show a rich progress bar.", cli=False)
+    description: str = option("train", Text(), "The progress bar's label.", cli=False)
 
-    steps: int | None = None
-    epochs: float | None = None
-    batch_size: int = 128
-    lr: float = 1e-3
-    optimizer: str = "adamw"
-    weight_decay: float = 0.0
-    momentum: float = 0.9
-    grad_clip: float | None = None
-    seed: int = 0
-    checkpoint_every: int = 0
-    plateau_window: int = 0
-    plateau_factor: float = 0.5
-    plateau_threshold: float = 1e-3
-    stop_loss: float | None = None
-    min_lr: float | None = None
-    scheduler: str | None = None
-    deterministic: bool = True
-    progress: bool = True
-    description: str = "train"
-
-    def validate(self) -> None:
-        """Raise SimkitError for settings that cannot run."""
+    @rule
+    def _has_a_length(self) -> None:
+        """A run needs ``steps`` or ``epochs``."""
         if self.steps is None and self.epochs is None:
             raise SimkitError("training needs a length; set `steps` or `epochs` (TrainConfig)")
-        if self.steps is not None and self.steps < 0:
-            raise SimkitError(f"`steps` must be >= 0, got {self.steps}")
-        if self.epochs is not None and not self.epochs >= 0:
-            raise SimkitError(f"`epochs` must be >= 0, got {self.epochs}")
-        if self.batch_size < 1:
-            raise SimkitError(f"`batch_size` must be >= 1, got {self.batch_size}")
-        if self.optimizer not in OPTIMIZERS:
-            raise SimkitError(f"unknown optimizer {self.optimizer!r} (`optimizer`); use one of {', '.join(OPTIMIZERS)}")
-        if self.scheduler not in SCHEDULERS:
-            raise SimkitError(f"unknown scheduler {self.scheduler!r} (`scheduler`); use None or 'cosine'")
-        if not 0 < self.plateau_factor < 1:
-            raise SimkitError(f"`plateau_factor` must be in (0, 1), got {self.plateau_factor}")
-        if self.plateau_window < 0 or self.checkpoint_every < 0:
-            raise SimkitError("`plateau_window` and `checkpoint_every` must be >= 0")
 
     def total_steps(self, steps_per_epoch: int) -> int:
         """The step budget: ``steps``, ``ceil(epochs * steps_per_epoch)``, or the smaller of the two."""
@@ -80,8 +63,6 @@ class TrainConfig:
             budgets.append(int(math.ceil(self.epochs * steps_per_epoch)))
         return min(budgets)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass

@@ -203,3 +203,15 @@ def test_a_loaded_source_is_not_closed_by_a_comparison(tmp_path):
         first = simkit.compare_arrays(source, {"y": Y}, metrics=["linear_cka"], progress=False)
         again = simkit.compare_arrays(source, {"y": Y}, metrics=["linear_cka"], progress=False)
     assert first.matrix("linear_cka").equals(again.matrix("linear_cka"))
+
+
+def test_caches_captured_from_models_keep_their_sample_check(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(7, 6), torch.nn.Tanh())
+    data = torch.tensor(Y)
+    first = capture(model, data, tmp_path / "first", layers=["1"], progress=False)
+    other = capture(model, data.flip(0), tmp_path / "other", layers=["1"], progress=False)
+    with pytest.raises(SimkitError, match="caches hold different samples"):
+        simkit.compare_arrays(first, other, progress=False)
+    with pytest.raises(SimkitError, match="caches hold different samples"):
+        simkit.study([first, other, {"y": Y}], progress=False)
+    assert simkit.compare_arrays(first, {"y": Y}, progress=False).summary["samples"]["aligned_by"] == "position"

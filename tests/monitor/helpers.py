@@ -4,6 +4,7 @@ trackers wrote (TensorBoard event files, MLflow's file store, a W&B offline run)
 from __future__ import annotations
 
 import struct
+import time
 from pathlib import Path
 
 import torch
@@ -46,13 +47,13 @@ def tensorboard_events(folder: Path):
     return reader
 
 
-def wandb_history(run_file: Path) -> list[dict[str, str]]:
-    """The history rows of a W&B offline run file (``run-<id>.wandb``): a LevelDB-style log of W&B's
-    protobuf ``Record`` messages after a 7-byte header, in 32 KiB blocks of (crc, length, type) records."""
+def wandb_records(run_file: Path) -> list:
+    """The records of a W&B offline run file (``run-<id>.wandb``): a LevelDB-style log of W&B's protobuf
+    ``Record`` messages after a 7-byte header, in 32 KiB blocks of (crc, length, type) chunks."""
     from wandb.proto import wandb_internal_pb2
 
     data = run_file.read_bytes()
-    block, position, records, pending = 32768, 7, [], b""
+    block, position, raw, pending = 32768, 7, [], b""
     while position + 7 <= len(data):
         room = block - position % block
         _, length, kind = struct.unpack("<IHB", data[position:position + 7])
@@ -63,11 +64,22 @@ def wandb_history(run_file: Path) -> list[dict[str, str]]:
         position += 7 + length
         pending = chunk if kind in (1, 2) else pending + chunk
         if kind in (1, 4):
-            records.append(pending)
-    rows = []
-    for raw in records:
+            raw.append(pending)
+    records = []
+    for message in raw:
         record = wandb_internal_pb2.Record()
-        record.ParseFromString(raw)
-        if record.WhichOneof("record_type") == "history":
-            rows.append({"/".join(item.nested_key) or item.key: item.value_json for item in record.history.item})
-    return rows
+        record.ParseFromString(message)
+        records.append(record)
+    return records
+
+
+def wandb_history(run_file: Path, timeout: float = 30.0) -> list[dict[str, str]]:
+    """The history rows of a finished W&B offline run, once its writer has written the run's exit record
+    (W&B's service process may still be writing when ``run.finish()`` returns)."""
+    deadline = time.monotonic() + timeout
+    records = wandb_records(run_file)
+    while not any(r.WhichOneof("record_type") == "exit" for r in records) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        records = wandb_records(run_file)
+    return [{"/".join(item.nested_key) or item.key: item.value_json for item in r.history.item}
+            for r in records if r.WhichOneof("record_type") == "history"]

@@ -200,7 +200,7 @@ def test_config_errors():
     model, loss_fn, data = make_problem()
     with pytest.raises(SimkitError, match="training needs a length"):
         fit(model, loss_fn, data, TrainConfig(progress=False))
-    with pytest.raises(SimkitError, match="unknown optimizer 'lion'"):
+    with pytest.raises(SimkitError, match="`optimizer` must be one of adamw, adam, sgd, got 'lion'"):
         fit(model, loss_fn, data, TrainConfig(steps=1, optimizer="lion"))
     with pytest.raises(SimkitError, match="data tensors differ in length"):
         fit(model, loss_fn, (data[0], data[1][:3]), TrainConfig(steps=1))

@@ -226,6 +226,10 @@ class Monitor:
             return self.result
         if self.settings.reference == "final":
             self._compare_with_final()
+        if self.table.frame().empty:
+            self.abort()
+            raise SimkitError(f"the monitor measured nothing: no step was a multiple of `every` "
+                              f"({self.settings.every}); lower `every` or call measure(step) yourself")
         result = trend_result(self.table.frame(), self.settings, layers=self.layers,
                               reference_layers=self.reference_layers, reference=self.settings.reference,
                               model=_model_name(self.model), data=self.data, probe_samples=batch_rows(self.inputs),

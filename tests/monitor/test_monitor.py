@@ -266,6 +266,18 @@ def test_a_spec_string_probe_and_a_closed_monitor_are_refused():
         monitor.measure(1)
 
 
+def test_a_monitor_that_measured_nothing_says_so_and_releases_its_run_dir(tmp_path):
+    model, data = tiny(n=64)
+    monitor = Monitor(model, data, n=64, every=50, run_dir=tmp_path / "m")
+    monitor.step(20)  # not a multiple of every: nothing measured
+    with pytest.raises(SimkitError, match="measured nothing") as info:
+        monitor.close()
+    assert "\n" not in str(info.value)
+    again = Monitor(model, data, n=64, every=10, run_dir=tmp_path / "m")  # the directory is free again
+    again.step(10)
+    assert not again.close().tables["steps"].empty
+
+
 # ------------------------------------------------------------------------------------ convergence
 
 

@@ -17,6 +17,9 @@ The public API (every name loads on first use, so ``import simkit`` and ``simkit
   loop (``monitor.step(global_step)``, ``monitor.close()`` → ``TrendResult``); ``trend(checkpoints, data,
   TrendSettings(...))``: the same over a series of checkpoints (``simkit.monitor``; the Lightning callback is
   ``simkit.monitor.lightning.SimilarityCallback``);
+- ``register_measure(name, fn, ...)``: a measure of your own in the catalogue (every path, chance level,
+  interval, report, study and ``--metric``); installed packages add theirs through the entry-point group
+  ``simkit.measures``; ``unregister_measure(name)`` removes one;
 - ``load(run_dir)`` reads any run directory back; ``save_run(result, out)`` writes one with its
   report; ``render_report(result, path)`` writes the HTML report alone.
 
@@ -81,6 +84,8 @@ _LAZY = {
     "trend": "simkit.monitor",
     "TrendSettings": "simkit.monitor",
     "TrendResult": "simkit.results",
+    "register_measure": "simkit.catalog",
+    "unregister_measure": "simkit.catalog",
 }
 
 __all__ = ["SimkitError", "__version__", "load", *_LAZY]
@@ -90,7 +95,8 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         # whatever hands out results also registers how they show in a notebook (simkit.results.HTML_VIEWS),
         # so simkit.stitch(...) and simkit.graft(...) display in a fresh notebook as simkit.compare(...) does
-        import_module("simkit.report")
+        if _LAZY[name] != "simkit.catalog":   # a plug-in registers while the catalogue loads: no report yet
+            import_module("simkit.report")
         return getattr(import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'simkit' has no attribute {name!r}")
 

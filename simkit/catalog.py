@@ -4,11 +4,11 @@ Torch-free and in the base layer (the CLI's help and ``simkit report`` read it w
 to keep its own list reads this table: the accumulator's routing (``stream``: which streaming strategy
 computes the measure in each mode), the default null rule (``cheap_null``), the settings recorded in
 ``meta.settings`` (``settings``), the report's colour ranges, "best match" direction and notes, the
-``--metric`` help and the README's table of measures (``tests/base/test_catalog.py`` checks that table
+``--metric`` help and the site's table of measures, docs/measures.md (``tests/base/test_catalog.py`` checks that table
 against this one).
 
 To add a measure: a row here (with its ``stored_family`` and ``invariances``), its function in
-``simkit.metrics``, and its strategy's ``compute`` branch (see DEVELOPING.md, "Add a similarity measure").
+``simkit.metrics``, and its strategy's ``compute`` branch (see docs/contributing.md, "Add a similarity measure").
 A user's own measure joins the table at run time (:func:`register_measure`, or a package's entry point in
 the group ``simkit.measures``, loaded once when the table is first read: :mod:`simkit.plugins`).
 """
@@ -28,7 +28,7 @@ from simkit.options import Choice, Declaration, Integer, Real, option
 STRATEGIES = ("gram", "features", "folds", "stored")
 #: how a measure's chance level is found by default (:class:`Measure`'s ``chance``)
 CHANCE_KINDS = ("null", "closed", "sampled")
-#: permutations of a cheap null (``chance`` ``null``): about 1 % of a minibatch run (README)
+#: permutations of a cheap null (``chance`` ``null``): about 1 % of a minibatch run (docs/chance-levels.md)
 DEFAULT_NULL = 10
 #: permutations behind a ``sampled`` chance level: an estimate of the chance level, not a test at 5 %
 DEFAULT_SAMPLED_NULL = 5
@@ -50,7 +50,7 @@ class Measure:
     """One similarity measure.
 
     name: the ``--metric`` / ``metrics=`` name.
-    range_text: its range as the README's table writes it.
+    range_text: its range as the measures table (docs/measures.md) writes it.
     lo, hi: the bounds of its values (``None``: unbounded on that side), the report's colour range.
     similarity: True when higher means more similar, False for a distance (best match = minimum).
     directional: True when the (A, B) matrix is not symmetric by construction (rows predict columns).
@@ -61,7 +61,7 @@ class Measure:
         :data:`CHANCE_KINDS`: ``null`` a permutation null of :data:`DEFAULT_NULL` draws that costs next to
         nothing (it permutes per-batch Grams); ``closed`` the exact expectation under a random permutation
         of B's samples in closed form (no extra work); ``sampled`` :data:`DEFAULT_SAMPLED_NULL`
-        permutations of the stored activations (their cost per measure: README).
+        permutations of the stored activations (their cost per measure: docs/chance-levels.md).
     settings: the fields of :class:`~simkit.metrics.settings.CompareSettings` that change its values.
     note: one line for reports and help (empty: nothing beyond its range to say).
     stored_family: how the ``stored`` strategy computes it from the stored activations (its path is
@@ -99,8 +99,8 @@ _STORED = ("stored", "stored")
 _CCA = ("cca_eps",)
 #: rotations (hence permutations of units), isotropic scaling and shifts
 _SHAPE = ("rotation", "isotropic_scale", "shift", "permutation")
-#: Huh et al.'s preprocessing (an elementwise clamp at a quantile, unit rows) keeps only these
-_CLAMPED = ("isotropic_scale", "permutation")
+#: what survives Huh et al.'s k-NN preprocessing (an elementwise clamp, unit rows) and per-sample correlation distances
+_SCALE_AND_UNITS = ("isotropic_scale", "permutation")
 
 _BUILT_IN: tuple[Measure, ...] = (
     Measure("linear_cka", "[0, 1]", 0.0, 1.0, True, False, ("gram", "features"), gram="biased",
@@ -110,9 +110,9 @@ _BUILT_IN: tuple[Measure, ...] = (
     Measure("rbf_cka", "[0, 1]", 0.0, 1.0, True, False, ("gram", "stored"), gram="rbf", chance=("null", "sampled"),
             settings=("rbf_factor",), stored_family="gram", invariances=_SHAPE),
     Measure("mutual_knn", "[0, 1]", 0.0, 1.0, True, False, _STORED, settings=("knn_k",), stored_family="knn",
-            invariances=_CLAMPED),
+            invariances=_SCALE_AND_UNITS),
     Measure("jaccard_knn", "[0, 1]", 0.0, 1.0, True, False, _STORED, settings=("knn_k",), stored_family="knn",
-            invariances=_CLAMPED),
+            invariances=_SCALE_AND_UNITS),
     Measure("procrustes", "[0, 1]", 0.0, 1.0, True, False, _COVARIANCE, stored_family="cov", invariances=_SHAPE),
     Measure("procrustes_angle", "[0, π/2], 0 = same shape", 0.0, _HALF_PI, False, False, _COVARIANCE,
             note="procrustes_angle is an angular distance in [0, π/2]: 0 is identical up to rotation and "
@@ -131,7 +131,7 @@ _BUILT_IN: tuple[Measure, ...] = (
                  "matches are the smallest values.", stored_family="cov", invariances=_SHAPE),
     Measure("rsa", "[−1, 1]", -1.0, 1.0, True, False, _STORED, settings=("rsa_distance", "rsa_compare"),
             note="rsa compares the layers' dissimilarity matrices over all samples; its value is in [-1, 1].",
-            stored_family="rdm", invariances=_CLAMPED),
+            stored_family="rdm", invariances=_SCALE_AND_UNITS),
     Measure("ridge_r2", "(−∞, 1], 0 = the training mean", None, 1.0, True, True, ("folds", "folds"),
             settings=("ridge_lambda", "ridge_folds"),
             note="ridge_r2 is directional: each row (a layer of A) predicts a column (a layer of B) by "
@@ -140,14 +140,14 @@ _BUILT_IN: tuple[Measure, ...] = (
             stored_family="folds", invariances=_SHAPE),
     Measure("cknna", "≈ [0, 1] (may be < 0)", 0.0, 1.0, True, False, _STORED, settings=("knn_k",),
             note="cknna is CKA (unbiased HSIC) restricted to the pairs of samples that are k nearest neighbours "
-                 "in both layers (Huh et al. 2024).", stored_family="pairwise", invariances=_CLAMPED),
+                 "in both layers (Huh et al. 2024).", stored_family="pairwise", invariances=_SCALE_AND_UNITS),
     Measure("cycle_knn", "[0, 1]", 0.0, 1.0, True, True, _STORED, settings=("knn_k",),
             note="cycle_knn is directional: the fraction of samples found again among the row layer's k "
                  "neighbours of their k neighbours in the column layer (Huh et al. 2024); swap the models for "
-                 "the other direction.", stored_family="pairwise", invariances=_CLAMPED),
+                 "the other direction.", stored_family="pairwise", invariances=_SCALE_AND_UNITS),
     Measure("distance_correlation", "[0, 1] (bias-corrected: may be < 0 for small n)", 0.0, 1.0, True, False,
             _STORED, settings=("dcor_estimator",), stored_family="pairwise", invariances=_SHAPE),
-    Measure("information_imbalance", "[0, 2), 0 = rows predict columns, ≈ 1 = chance", 0.0, None, False, True,
+    Measure("information_imbalance", "[0, 2), 0 = rows predict columns, ≈ 1 = chance", 0.0, 2.0, False, True,
             _STORED, note="information_imbalance is directional: Δ(A→B), how well each row layer's nearest "
             "neighbours predict the column layer's (Glielmo et al. 2022); 0 is a perfect prediction, about 1 "
             "none; best matches are the smallest values; swap the models for Δ(B→A).",
@@ -156,7 +156,7 @@ _BUILT_IN: tuple[Measure, ...] = (
             note="bures_similarity is the normalised Bures similarity of the layers' second-moment matrices "
                  "−½·H·D·H, D each layer's dissimilarities (--rsa-distance; euclidean squared, as "
                  "rsatoolbox's), so with euclidean it equals procrustes.", stored_family="pairwise",
-            invariances=_CLAMPED),
+            invariances=_SCALE_AND_UNITS),
 )
 
 #: the entry-point group of plug-in measures: each entry point names a function of no arguments that calls
@@ -190,7 +190,7 @@ class Catalogue(dict[str, Measure]):
         self._ready()
         return super().__len__()
 
-    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, name: str, default: Any = None) -> Any:
         self._ready()
         return super().get(name, default)
 
@@ -235,7 +235,7 @@ MEASURES: Catalogue = Catalogue({m.name: m for m in _BUILT_IN})
 DEFAULT_METRICS = ("unbiased_cka", "linear_cka")
 #: every measure's name, in the catalogue's order (the order of ``--metric``'s help), plug-ins last
 METRICS: Sequence[str] = MeasureNames()
-#: the built-in measures (the README's table lists exactly these)
+#: the built-in measures (docs/measures.md's table lists exactly these)
 BUILT_IN_METRICS: tuple[str, ...] = tuple(m.name for m in _BUILT_IN)
 #: the Gram kind of each minibatch CKA measure
 GRAM_KINDS: dict[str, str] = {m.name: m.gram for m in _BUILT_IN if m.gram}
@@ -357,7 +357,7 @@ def beats_chance_rule(name: str, permutations: int) -> str:
 
 # ------------------------------------------------------------------------------------------ plug-ins
 
-#: a plug-in's name: what ``--metric`` and the README's pattern accept
+#: a plug-in's name: what ``--metric`` and the measures table's pattern accept
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 

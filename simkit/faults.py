@@ -3,7 +3,7 @@ leaves behind.
 
 ``phase("writing")`` does nothing unless the environment names that phase: ``SIMKIT_KILL_AT=writing``
 sends the process ``SIGKILL`` there (``SIMKIT_KILL_SIGNAL=TERM`` or ``INT`` for the other signals a user
-sends). The phases (README, "Long runs"): ``loading`` (a compare's models and data loaded),
+sends). The phases (docs/long-runs.md): ``loading`` (a compare's models and data loaded),
 ``streaming`` (the first batch fed), ``computing`` (every batch fed; values and chance levels next),
 ``writing`` (result files staged, not yet committed), ``rendering`` (the report being written),
 ``capturing`` (a cache's shard written, its manifest not yet). ``tests/reliability/test_kill_phases.py`` kills compare, capture, study and a report render at

@@ -34,10 +34,14 @@ def build_model(model: ModelSource, seed: int, argument: str) -> nn.Module:
 
 
 def batch_rows(batch: Batch) -> int:
-    """Number of samples of a tensor (n, ...) or of a dict of such tensors (its first entry)."""
-    if isinstance(batch, dict):
-        return int(next(iter(batch.values())).shape[0])
-    return int(batch.shape[0])
+    """Number of samples of a tensor (n, ...) or of a dict of such tensors (its first entry); anything
+    without a sample axis is a SimkitError naming ``data``."""
+    first = next(iter(batch.values()), None) if isinstance(batch, dict) else batch
+    shape = getattr(first, "shape", None)
+    if not shape:  # no shape, or a 0-d tensor
+        raise SimkitError(f"a batch of `data` must be a tensor (samples, ...) or a dict of them, got "
+                          f"{type(batch).__name__}{' of ' + type(first).__name__ if isinstance(batch, dict) else ''}")
+    return int(shape[0])
 
 
 def take(batch: Batch, index: Any) -> Batch:

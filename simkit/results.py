@@ -334,7 +334,7 @@ class ConvertResult(RunResult):
 
     summary: guide/converted/scratch/kd ``_accuracy`` (``_perplexity`` for language models) of the first
     (schedule, metric, guide_init, rank) arm, plus schedule, metric, recipe, guide_init, probe score,
-    gain_over_scratch, guide_val score and the budgets in optimizer steps (README, ``convert``).
+    gain_over_scratch, guide_val score and the budgets in optimizer steps (docs/methods/conversion.md).
     tables: ``runs`` (one row per schedule × metric × guide_init × rank), ``stages`` (stage, layer,
     alignment_metric, value, loss, replaced, steps, stopped, rule, final_loss: linear CKA and the
     arm's alignment loss of each layer vs the guide on held-out data after each stage),

@@ -16,14 +16,16 @@ with s the sample standard deviation (ddof = 1). Torch-free (base layer).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import numbers
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 from scipy import stats as scipy_stats
 
-from simkit.errors import SimkitError
+from simkit.errors import SimkitError, check_real
 
 #: the verdicts :func:`verdict` gives, strongest first
 VERDICTS = ("reproduced", "direction only", "not reproduced", "too few seeds")
@@ -47,13 +49,13 @@ class Interval:
 
     def scaled(self, factor: float) -> Interval:
         """The interval in other units (``factor`` > 0, e.g. 100 for accuracy points)."""
-        if not factor > 0:
-            raise SimkitError(f"`factor` must be > 0, got {factor!r}")
+        check_real("factor", factor, 0, strict=True)
         return Interval(self.mean * factor, self.std * factor, self.low * factor, self.high * factor, self.n,
                         self.confidence)
 
     def text(self, digits: int = 1, unit: str = "") -> str:
         """``+2.1 (95 % CI −0.1 to +4.3, 3 seeds)``; the mean alone with one seed."""
+        _check_count("digits", digits)
         if self.n < 2:
             return f"{self.mean:+.{digits}f}{unit} (one seed, no interval)"
         return (f"{self.mean:+.{digits}f}{unit} ({self.confidence:.0%} CI {self.low:+.{digits}f} to "
@@ -65,14 +67,41 @@ def interval_of(record: Mapping[str, Any], prefix: str, n: int, confidence: floa
     ``<prefix>_low`` and ``<prefix>_high`` over ``n`` seeds (missing or None: NaN)."""
     def value(key: str) -> float:
         got = record.get(key)
-        return math.nan if got is None else float(got)
+        if got is None:
+            return math.nan
+        if isinstance(got, bool) or not isinstance(got, numbers.Real):
+            raise SimkitError(f"`record`[{key!r}] must be a number (or None), got {got!r}")
+        return float(got)
 
+    _check_count("n", n)
     return Interval(value(prefix), value(f"{prefix}_std"), value(f"{prefix}_low"), value(f"{prefix}_high"), int(n),
                     confidence)
 
 
-def _finite(values: Sequence[float] | np.ndarray) -> np.ndarray:
-    array = np.asarray(values, dtype=np.float64).ravel()
+def _check_count(name: str, value: object) -> None:
+    """``value`` a whole number >= 0 (a count of seeds, of digits); else a SimkitError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise SimkitError(f"`{name}` must be a whole number >= 0, got {value!r}")
+
+
+def _as_values(values: Any, name: str) -> np.ndarray:
+    """``values`` (real numbers, one per seed: a sequence, an array, a tensor or an iterator; None counts as
+    missing, NaN) as a flat float64 array; anything else is a SimkitError naming the argument ``name``."""
+    try:
+        if not isinstance(values, np.ndarray) and hasattr(values, "tolist"):  # a torch tensor, of any dtype
+            values = values.tolist()
+        elif isinstance(values, Iterator):
+            values = list(values)
+        if not np.iscomplexobj(values):
+            return np.asarray(values, dtype=np.float64).ravel()
+    except (TypeError, ValueError, RuntimeError, NotImplementedError):
+        pass
+    raise SimkitError(f"`{name}` must be real numbers, one per seed (a list, an array or a tensor), got "
+                      f"{type(values).__name__} {' '.join(str(values).split())[:60]}")
+
+
+def _finite(values: Sequence[float] | np.ndarray, name: str = "values") -> np.ndarray:
+    array = _as_values(values, name)
     return array[np.isfinite(array)]
 
 
@@ -84,7 +113,12 @@ def check_confidence(confidence: float) -> float:
 
 
 def t_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95) -> Interval:
-    """The mean of the finite ``values`` (one per seed) with its Student t interval."""
+    """The mean of the finite ``values`` (one per seed) with its Student t interval.
+
+    >>> interval = t_interval([0.80, 0.82, 0.79, 0.81, 0.83])
+    >>> round(interval.mean, 3), round(interval.low, 3), round(interval.high, 3), interval.n
+    (0.81, 0.79, 0.83, 5)
+    """
     confidence = check_confidence(confidence)
     finite = _finite(values)
     n = int(finite.size)
@@ -102,15 +136,22 @@ def paired_difference(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.n
                       confidence: float = 0.95) -> Interval:
     """The interval of ``a − b`` paired by seed (``a[i]`` and ``b[i]`` from the same seed); pairs with a
     non-finite side are left out."""
-    left, right = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
+    left, right = _as_values(a, "a"), _as_values(b, "b")
     if left.shape != right.shape:
-        raise SimkitError(f"paired values need one value per seed on each side, got {left.size} and {right.size}")
-    return t_interval(left - right, confidence)
+        raise SimkitError(f"paired values need one value per seed on each side (`a` and `b`), got {left.size} and {right.size}")
+    with np.errstate(invalid="ignore"):  # inf − inf: a non-finite pair, left out below
+        return t_interval(left - right, confidence)
 
 
 def verdict(interval: Interval, higher: bool = True, size: float = 0.0) -> str:
     """The verdict of a claim that the difference is above ``size`` (``higher``) or below ``-size`` (not
-    ``higher``), by the rule of the module docstring."""
+    ``higher``), by the rule of the module docstring.
+
+    >>> converted, scratch = [0.90, 0.88, 0.91], [0.85, 0.86, 0.84]   # one score per seed
+    >>> verdict(paired_difference(converted, scratch), higher=True)   # the interval still holds 0
+    'direction only'
+    """
+    check_real("size", size, -math.inf)
     if interval.n < 2 or math.isnan(interval.mean):
         return "too few seeds"
     sign = 1.0 if higher else -1.0
@@ -129,7 +170,12 @@ def beyond_noise(interval: Interval) -> bool:
 
 
 def binomial_se(accuracy: float, n: int) -> float:
-    """The binomial standard error of an accuracy (a fraction) measured on ``n`` samples."""
+    """The binomial standard error of an accuracy (a fraction) measured on ``n`` samples; NaN for a NaN (missing)
+    accuracy, and NaN with a warning when ``n`` < 1 or ``accuracy`` is outside [0, 1]."""
+    if math.isnan(accuracy):
+        return math.nan
     if n < 1 or not 0 <= accuracy <= 1:
+        warnings.warn(f"binomial_se is undefined for `accuracy`={accuracy!r} on `n`={n!r} samples (needs n >= 1 "
+                      "and an accuracy in [0, 1]); returning NaN", RuntimeWarning, stacklevel=2)
         return math.nan
     return math.sqrt(accuracy * (1 - accuracy) / n)

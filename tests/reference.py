@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from scipy.spatial.distance import pdist
+from scipy.spatial.distance import pdist, squareform
 from scipy.stats import pearsonr, spearmanr
 
 # ---------------------------------------------------------------------------------------- HSIC / CKA
@@ -302,3 +302,74 @@ def ridge_r2(x: np.ndarray, y: np.ndarray, lam: float = 1e-2, folds: int = 5) ->
         sse += ((y[test] - my - pred) ** 2).sum()
         sst += ((y[test] - my) ** 2).sum()
     return 1 - sse / sst
+
+
+# ------------------------------------------------------------------- measures computed pair by pair
+
+
+def cknna(x: np.ndarray, y: np.ndarray, k: int) -> float:
+    """CKNNA as platonic-rep's ``AlignmentMetrics.cknna`` (unbiased, dense n × n masks) on the k-NN
+    preprocessing, without its 1e-6 in the denominator."""
+    a, b = clamp_normalise(x), clamp_normalise(y)
+    n = len(a)
+    masks = []
+    for z in (a, b):
+        m = np.zeros((n, n))
+        m[np.arange(n)[:, None], knn(z, k)] = 1
+        masks.append(m)
+    ka, kb = a @ a.T, b @ b.T
+    both = masks[0] * masks[1]
+    hab = hsic_unbiased(both * ka, both * kb)
+    haa = hsic_unbiased(masks[0] * ka, masks[0] * ka)
+    hbb = hsic_unbiased(masks[1] * kb, masks[1] * kb)
+    return float(hab / np.sqrt(haa * hbb))
+
+
+def cycle_knn(x: np.ndarray, y: np.ndarray, k: int) -> float:
+    """platonic-rep's ``cycle_knn``: for each i, is i among x's neighbours of one of its neighbours in y?"""
+    a, b = neighbours(x, k), neighbours(y, k)
+    return float(np.mean([any(i in set(a[j]) for j in b[i]) for i in range(len(x))]))
+
+
+def distance_correlation(x: np.ndarray, y: np.ndarray, estimator: str = "bias_corrected") -> float:
+    """Székely's dCor (``plain``, V-statistics, its square root) or the squared bias-corrected dCor* of
+    U-centred distance matrices (Székely & Rizzo 2014), from scipy's distances."""
+    def centred(z: np.ndarray) -> np.ndarray:
+        d = squareform(pdist(z))
+        n = len(d)
+        if estimator == "plain":
+            return d - d.mean(0) - d.mean(1)[:, None] + d.mean()
+        u = d - d.sum(0) / (n - 2) - d.sum(1)[:, None] / (n - 2) + d.sum() / ((n - 1) * (n - 2))
+        np.fill_diagonal(u, 0)
+        return u
+
+    a, b = centred(x), centred(y)
+    ratio = (a * b).sum() / np.sqrt((a * a).sum() * (b * b).sum())
+    return float(np.sqrt(ratio)) if estimator == "plain" else float(ratio)
+
+
+def information_imbalance(x: np.ndarray, y: np.ndarray) -> float:
+    """Δ(x→y) = (2/n)·mean_i rank_y(i, nn_x(i)), ranks from a stable argsort of scipy's distances, as
+    DADApy's ``_return_imbalance`` (rank 1 = the nearest other sample)."""
+    dx, dy = squareform(pdist(x)), squareform(pdist(y))
+    np.fill_diagonal(dx, np.inf)
+    np.fill_diagonal(dy, np.inf)
+    n = len(x)
+    nearest = np.argmin(dx, axis=1)
+    ranks = np.argsort(np.argsort(dy, axis=1, kind="stable"), axis=1, kind="stable") + 1
+    return float(2 * ranks[np.arange(n), nearest].mean() / n)
+
+
+def bures_similarity(x: np.ndarray, y: np.ndarray, distance: str = "correlation") -> float:
+    """rsatoolbox's ``compare_bures_similarity`` (``_bures_similarity_first_way``) of the RDMs of x and y:
+    ``G = −½·H·D·H``, ``Σ √eig(G_a^½ G_b G_a^½) / sqrt(tr G_a tr G_b)``; euclidean RDMs squared, as
+    rsatoolbox's ``calc_rdm``."""
+    def second_moment(z: np.ndarray) -> np.ndarray:
+        d = squareform(pdist(z, "sqeuclidean" if distance == "euclidean" else distance))
+        return centre_gram(-d / 2)
+
+    a, b = second_moment(x), second_moment(y)
+    va, ua = np.linalg.eigh(a)
+    root = ua @ (np.sqrt(np.maximum(va[:, None], 0.0)) * ua.T)
+    fidelity = np.sum(np.sqrt(np.maximum(np.linalg.eigvalsh(root @ b @ root), 0.0)))
+    return float(fidelity / np.sqrt(np.trace(a) * np.trace(b)))

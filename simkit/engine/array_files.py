@@ -404,6 +404,9 @@ def as_layer(value: Any, name: str) -> LayerArray:
     if not _array_like(value) and _array_like(getattr(value, "value", None)):
         value = value.value
     if isinstance(value, torch.Tensor):
+        if value.device.type == "meta":
+            raise SimkitError(f"layer {name!r} is a tensor on the meta device (a shape without values); give the "
+                              "activations themselves (samples, features...)")
         return InMemory(value.detach())
     try:
         array = np.asarray(value)

@@ -20,15 +20,20 @@ import pandas as pd
 
 from simkit.catalog import CHANCE_MARGIN, MEASURES, TESTED_NULL, range_width
 from simkit.engine.measure import Measured
+from simkit.engine.significance import ordered, p_value_columns, p_value_summary
 from simkit.metrics.settings import CompareSettings
 from simkit.provenance import run_meta
 from simkit.results import CompareResult, StudyResult
 
 
 def similarity_frame(values: dict[str, dict[str, np.ndarray]], labels_a: Sequence[str], labels_b: Sequence[str],
-                     permutations: Mapping[str, int] | None = None) -> pd.DataFrame:
+                     permutations: Mapping[str, int] | None = None, *, correction: str | None = None,
+                     skip_diagonal: bool = False) -> pd.DataFrame:
     """Long table ``layer_a, layer_b, metric, value[, null_mean, null_p95, chance, beats_chance, ci_low,
-    ci_high]`` from computed matrices; ``permutations``: each metric's null draws (the chance rule)."""
+    ci_high]`` from computed matrices; ``permutations``: each metric's null draws (the chance rule).
+    ``correction`` (p-values asked): ``calibrated`` beside ``chance``, ``beats_chance`` the corrected decision,
+    ``p_value`` and ``p_corrected`` (:mod:`simkit.engine.significance`; a study's family leaves out each model
+    with itself, ``skip_diagonal``)."""
     parts = []
     grid_a, grid_b = np.meshgrid(np.arange(len(labels_a)), np.arange(len(labels_b)), indexing="ij")
     for metric, arrays in values.items():
@@ -41,11 +46,20 @@ def similarity_frame(values: dict[str, dict[str, np.ndarray]], labels_a: Sequenc
         columns: dict[str, np.ndarray] = {c: np.asarray(arrays[c], dtype=np.float64)
                                           for c in ("null_mean", "null_p95") if c in arrays}
         columns.update(chance_columns(metric, arrays, (permutations or {}).get(metric, 0)))
+        if correction is not None and "p_value" in arrays:
+            columns = _with_tests(columns, metric, arrays, correction, skip_diagonal)
         columns.update({c: np.asarray(arrays[c], dtype=np.float64) for c in ("ci_low", "ci_high") if c in arrays})
         for column, array in columns.items():
             part[column] = array.ravel()
         parts.append(part)
     return pd.concat(parts, ignore_index=True)
+
+
+def _with_tests(columns: dict[str, np.ndarray], metric: str, arrays: Mapping[str, np.ndarray], correction: str,
+                skip_diagonal: bool) -> dict[str, np.ndarray]:
+    """``columns`` with the test columns of ``metric`` in place (``simkit.engine.significance.ordered``)."""
+    tests = p_value_columns(metric, arrays, columns.get("chance"), correction, skip_diagonal)
+    return ordered(columns, tests)
 
 
 def chance_columns(metric: str, arrays: Mapping[str, np.ndarray], permutations: int) -> dict[str, np.ndarray]:
@@ -121,22 +135,32 @@ def compare_result(run: Run, measured: Measured, *, model_a: str, model_b: str, 
 
     layers_a/layers_b: the chosen layers (matrix rows and columns); layer_rows: one row per chosen layer
     and side (model, name, type, shape, reduction, dim); weights: what each model's weights are."""
-    frame = similarity_frame(measured.values, layers_a, layers_b, drawn(measured))
+    correction = _correction(run)
+    frame = similarity_frame(measured.values, layers_a, layers_b, drawn(measured), correction=correction)
     layers = pd.DataFrame(list(layer_rows))
     summary = {"model_a": model_a, "model_b": model_b, "weights_a": weights[0], "weights_b": weights[1],
                "data": data, "n": measured.rows,
                "mode": run.settings.mode, "metrics": list(run.settings.metrics), "n_layers_a": len(layers_a),
                "n_layers_b": len(layers_b), "batch_size": run.settings.batch_size, "seconds": round(seconds, 3),
                "warnings": list(measured.warnings)}
+    if correction is not None:
+        summary["p_values"] = p_value_summary(measured.values, measured.method, frame, (layers_a, layers_b),
+                                              correction, measured.groups)
     meta = engine_meta(run, measured, seconds=seconds, timings=timings, layers=layers_meta(layers), **fields)
     return CompareResult(summary=summary, tables={"similarity": frame, "layers": layers}, meta=meta)
+
+
+def _correction(run: Run) -> str | None:
+    """The correction of the run's p-values (None: no p-values asked)."""
+    return str(run.settings.correction or "holm") if run.settings.p_values else None
 
 
 def study_result(run: Run, measured: Measured, *, labels: Sequence[str], layers: Sequence[str],
                  models: Sequence[str], caches: Sequence[str], data: str, seconds: float) -> StudyResult:
     """A StudyResult: the model × model ``study`` table, the ``models`` table, the contract summary, meta."""
-    frame = similarity_frame(measured.values, labels, labels, drawn(measured)).rename(
-        columns={"layer_a": "model_a", "layer_b": "model_b"})
+    correction = _correction(run)
+    frame = similarity_frame(measured.values, labels, labels, drawn(measured), correction=correction,
+                             skip_diagonal=True).rename(columns={"layer_a": "model_a", "layer_b": "model_b"})
     layer_of = dict(zip(labels, layers, strict=True))
     frame.insert(2, "layer_a", frame["model_a"].map(layer_of))
     frame.insert(3, "layer_b", frame["model_b"].map(layer_of))
@@ -146,5 +170,8 @@ def study_result(run: Run, measured: Measured, *, labels: Sequence[str], layers:
     summary = {"models": list(labels), "metric": metrics[0], "metrics": metrics, "pairing": run.own["pairing"],
                "data": data, "n": measured.rows, "mode": run.settings.mode, "seconds": round(seconds, 3),
                "warnings": list(measured.warnings)}
+    if correction is not None:
+        summary["p_values"] = p_value_summary(measured.values, measured.method, frame, (labels, labels), correction,
+                                              measured.groups, keys=("model_a", "model_b"), skip_diagonal=True)
     meta = engine_meta(run, measured, seconds=seconds, caches=list(caches))
     return StudyResult(summary=summary, tables={"study": frame, "models": table}, meta=meta)

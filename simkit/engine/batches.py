@@ -24,13 +24,23 @@ from simkit.forward import take as take_rows
 __all__ = ["Batch", "batch_rows", "check_batch_size", "count_rows", "data_label", "global_batches", "rebatch", "steps"]
 
 
+def _checked(batch: Batch) -> Batch:
+    """``batch``; a dict of inputs must hold tensors (a NumPy array or a list there is a SimkitError naming ``data``)."""
+    if isinstance(batch, dict):
+        for key, value in batch.items():
+            if not isinstance(value, torch.Tensor):
+                raise SimkitError(f"`data`[{key!r}] is a {type(value).__name__}; a dict of inputs must hold torch "
+                                  "tensors (samples, ...): convert it with torch.as_tensor(...)")
+    return batch
+
+
 def _inputs_of(item: Any) -> Batch:
     """The model inputs of one item yielded by a user's iterable: x, (x, y, ...) or a dict."""
     if isinstance(item, torch.Tensor | dict):
-        return item
+        return _checked(item)
     if isinstance(item, list | tuple) and item and isinstance(item[0], torch.Tensor | dict):
-        return item[0]
-    raise SimkitError(f"cannot read a batch of type {type(item).__name__}; pass a Tensor, a dict of "
+        return _checked(item[0])
+    raise SimkitError(f"cannot read a batch of type {type(item).__name__} from `data`; pass a Tensor, a dict of "
                       "tensors, a simkit Dataset or an iterable yielding tensors or (inputs, labels)")
 
 
@@ -125,6 +135,7 @@ def global_batches(data: Any, batch_size: int, n: int | None = None, *, rank: in
     """
     check_batch_size(batch_size)
     if _is_dataset(data) or _is_map_style(data) or isinstance(data, torch.Tensor | dict):
+        _checked(data)
         known = len(data) if _is_dataset(data) or _is_map_style(data) else batch_rows(data)
         total = known if n is None else min(n, known)
         rows: Callable[[int, int], Batch] = data.rows if _is_dataset(data) else _map_rows(data) \
@@ -139,6 +150,22 @@ def global_batches(data: Any, batch_size: int, n: int | None = None, *, rank: in
     yield from rebatch((_inputs_of(item) for item in data), batch_size, n, rank, world_size)
 
 
+def _form(batch: Batch) -> Any:
+    """What must agree between pieces joined into one batch: the per-sample shape, or a dict's keys and theirs."""
+    if isinstance(batch, dict):
+        return {key: tuple(getattr(value, "shape", ())[1:]) for key, value in batch.items()}
+    return tuple(batch.shape[1:])
+
+
+def _check_same_form(parts: list[Batch]) -> None:
+    """Raise unless the pieces of one global batch (from consecutive batches of ``data``) can be joined."""
+    forms = [_form(part) for part in parts]
+    other = next((form for form in forms if form != forms[0]), None)
+    if other is not None:
+        raise SimkitError(f"the batches of `data` differ in the shape of a sample: {forms[0]} then {other}; every "
+                          "batch must hold samples of one shape (the same keys for dicts)")
+
+
 def rebatch(stream: Iterable[Batch], batch_size: int, n: int | None, rank: int,
             world_size: int) -> Iterator[tuple[int, Batch]]:
     """Cut a stream of arbitrary-size batches into global batches of ``batch_size`` rows; yield this
@@ -151,6 +178,8 @@ def rebatch(stream: Iterable[Batch], batch_size: int, n: int | None, rank: int,
 
     def emit(parts: list[Batch]) -> Batch:
         first = parts[0]
+        if len(parts) > 1:
+            _check_same_form(parts)
         if isinstance(first, dict):
             return {key: torch.cat([p[key] for p in parts if isinstance(p, dict)]) for key in first}
         return torch.cat([p for p in parts if isinstance(p, torch.Tensor)]) if len(parts) > 1 else first

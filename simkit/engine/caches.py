@@ -51,7 +51,10 @@ class SampleDigest:
             self.hash.update(str([(part.dtype, tuple(part.shape[1:])) for part in parts]).encode())
             self.started = True
         for part in parts:
-            self.hash.update(part.detach().cpu().contiguous().numpy().tobytes())
+            if part.device.type == "meta":
+                raise SimkitError("`data` holds tensors on the meta device (shapes without values); give real inputs")
+            # the bytes as they are (any dtype: bfloat16 has no NumPy type)
+            self.hash.update(part.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
 
     def result(self, rows: int) -> tuple[str, str]:
         if self.texts is not None:
@@ -156,8 +159,13 @@ class CacheWriter:
 
     def add(self, acts: list[torch.Tensor]) -> None:
         """One batch: one (b, d) CPU tensor per layer, in layer order."""
+        dims = [int(a.shape[1]) for a in acts]
+        changed = [i for i, (before, now) in enumerate(zip(self.dims or dims, dims, strict=True)) if before != now]
+        if changed:
+            raise SimkitError(f"layer {self.layers[changed[0]]!r} gave {dims[changed[0]]} features per sample after "
+                              f"{self.dims[changed[0]]}; every batch of `data` must hold samples of one shape")
         self.start()
-        self.dims = [int(a.shape[1]) for a in acts]
+        self.dims = dims
         self.pending.append(acts)
         self.pending_bytes += sum(a.numel() * a.element_size() for a in acts)
         self.rows += int(acts[0].shape[0])

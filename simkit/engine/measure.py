@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from simkit import distributed
+from simkit.engine.groups import check_group_count, read_groups
 from simkit.errors import SimkitError
 from simkit.faults import phase
 from simkit.metrics.settings import CompareSettings
@@ -45,6 +46,7 @@ class Measured:
     method: dict[str, Any]
     compute_seconds: float
     warnings: list[str] = field(default_factory=list)
+    groups: int | None = None   # the groups permutations were kept within (``settings.groups``)
 
 
 def reduce_over_ranks(accumulator: Accumulator, device: torch.device | str | None = None) -> None:
@@ -118,10 +120,29 @@ def measure(activations: Iterable[Activations], settings: CompareSettings, devic
     seen: dict[str, type[Warning]] = {}
     for entry in caught:
         seen.setdefault(str(entry.message), entry.category)
+    for message in unexplained_nans(measured.values, list(seen), names_a, names_b):
+        seen.setdefault(message, RuntimeWarning)
     for message, category in seen.items():
         warnings.warn(message, category, stacklevel=3)
     measured.warnings = list(seen)
     return measured
+
+
+def unexplained_nans(values: dict[str, dict[str, np.ndarray]], messages: Sequence[str],
+                     names_a: Sequence[str] | None, names_b: Sequence[str] | None) -> list[str]:
+    """One warning per measure whose values hold NaN that no warning in ``messages`` explained (none names
+    the measure and says "undefined"), naming the layer pairs: never a silent NaN, whichever path made it."""
+    out = []
+    for metric, parts in values.items():
+        nan_pairs = np.argwhere(np.isnan(np.asarray(parts["value"], dtype=np.float64)))
+        if not len(nan_pairs) or any(metric in m and "undefined" in m for m in messages):
+            continue
+        pairs = [f"({names_a[i] if names_a else f'A[{i}]'}, {names_b[j] if names_b else f'B[{j}]'})"
+                 for i, j in nan_pairs[:5].tolist()]
+        more = f" and {len(nan_pairs) - 5} more" if len(nan_pairs) > 5 else ""
+        out.append(f"{metric} is undefined for the layer pair(s) {', '.join(pairs)}{more}: a layer has no variance "
+                   "under this measure's kernel or distance at these samples; their values are NaN")
+    return out
 
 
 def stream_and_compute(activations: Iterable[Activations], settings: CompareSettings, device: torch.device, *,
@@ -140,9 +161,10 @@ def stream_and_compute(activations: Iterable[Activations], settings: CompareSett
     dims_a: list[int] = []
     dims_b: list[int] = []
     rows = 0
+    labels = read_groups(settings.groups)
 
     def build(da: list[int], db: list[int]) -> Accumulator:
-        return make_accumulator(settings, da, db, names_a=names_a, names_b=names_b)
+        return make_accumulator(settings, da, db, names_a=names_a, names_b=names_b, groups=labels)
 
     for index, acts_a, acts_b in activations:
         if accumulator is None:
@@ -170,7 +192,9 @@ def stream_and_compute(activations: Iterable[Activations], settings: CompareSett
     refuse_undefined(settings, dims_a, dims_b, rows, names_a, names_b)
     if "unbiased_cka" in settings.metrics and rows < 4:
         raise SimkitError(f"unbiased CKA needs at least 4 samples, got {rows}; raise `n`")
+    groups = check_group_count(labels, rows, settings.n is not None)
     start = time.perf_counter()
     phase("computing")
     values = compute_with_progress(accumulator, progress)
-    return Measured(values, rows, dims_a, dims_b, accumulator.describe(), time.perf_counter() - start)
+    return Measured(values, rows, dims_a, dims_b, accumulator.describe(), time.perf_counter() - start,
+                    groups=groups)

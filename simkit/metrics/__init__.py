@@ -5,6 +5,8 @@
 * ``shape``: ``procrustes``, ``procrustes_angle``, ``cca``, ``svcca``, ``pwcca``, ``shape_metric`` (netrep).
 * ``rsa``: ``rsa`` (RDMs compared by rank correlation) and ``rdm``.
 * ``predictivity``: ``ridge_r2``, cross-validated linear predictivity (directional).
+* ``pairs``: ``cknna``, ``cycle_knn`` (directional), ``distance_correlation``, ``information_imbalance``
+  (directional) and ``bures_similarity``: each layer prepared once, then every pair (plug-ins likewise).
 * ``settings``: ``MeasureSettings``, the validated settings of the measures beyond CKA.
 * ``losses``: differentiable ``cka_loss``, ``unbiased_cka_loss``, ``dmnn_loss``, ``soft_mutual_knn``,
   ``alignment_loss(name)``.
@@ -32,6 +34,13 @@ from simkit.metrics.cka import (
 )
 from simkit.metrics.knn import jaccard_knn, knn_indices, mutual_knn
 from simkit.metrics.losses import alignment_loss, cka_loss, dmnn_loss, soft_mutual_knn, unbiased_cka_loss
+from simkit.metrics.pairs import (
+    bures_similarity,
+    cknna,
+    cycle_knn,
+    distance_correlation,
+    information_imbalance,
+)
 from simkit.metrics.predictivity import ridge_r2
 from simkit.metrics.rsa import rdm, rsa
 from simkit.metrics.settings import MeasureSettings
@@ -40,14 +49,19 @@ from simkit.metrics.shape import cca, procrustes, procrustes_angle, pwcca, shape
 __all__ = [
     "MeasureSettings",
     "alignment_loss",
+    "bures_similarity",
     "cca",
     "center_gram",
     "cka_loss",
+    "cknna",
+    "cycle_knn",
+    "distance_correlation",
     "dmnn_loss",
     "gram_linear",
     "gram_rbf",
     "hsic_biased",
     "hsic_unbiased",
+    "information_imbalance",
     "jaccard_knn",
     "knn_indices",
     "linear_cka",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -18,9 +19,10 @@ from simkit.errors import SimkitError
 def as_matrix(x, name: str = "x", dtype: torch.dtype | None = torch.float64) -> Tensor:
     """``x`` as a 2-D tensor ``(n, p)``, cast to ``dtype`` (``None`` keeps a floating dtype).
 
-    Accepts tensors and array-likes. Raises for other ranks and for NaN/Inf values.
+    Accepts tensors and array-likes. Raises for other ranks, for NaN/Inf values, complex values and
+    tensors on the meta device.
     """
-    t = torch.as_tensor(x)
+    t = check_real_tensor(torch.as_tensor(x), name)
     if t.dim() != 2:
         raise SimkitError(
             f"`{name}` must be a 2-D (n, features) matrix, got shape {tuple(t.shape)}; "
@@ -31,6 +33,36 @@ def as_matrix(x, name: str = "x", dtype: torch.dtype | None = torch.float64) -> 
     elif not t.is_floating_point():
         t = t.to(torch.get_default_dtype())
     check_finite(t, name)
+    return t
+
+
+def check_real_tensor(t: Tensor, name: str) -> Tensor:
+    """``t`` unless it lies on the meta device (a shape without values) or holds complex values; else a
+    SimkitError naming the argument ``name``."""
+    if t.device.type == "meta":
+        raise SimkitError(f"`{name}` is a tensor on the meta device (a shape without values); pass real "
+                          "activations (load the model's weights, e.g. model.to_empty(device='cpu'), and run it)")
+    if t.is_complex():
+        raise SimkitError(f"`{name}` holds complex values ({t.dtype}); pass real activations, e.g. "
+                          f"{name}.real or {name}.abs()")
+    return t
+
+
+def check_tensor(t: Any, name: str, min_dim: int = 2, max_dim: int | None = None, square: bool = False) -> Tensor:
+    """``t`` itself when it is a floating-point torch tensor with values, of ``min_dim`` to ``max_dim``
+    dimensions (the last two equal when ``square``); else a SimkitError naming the argument ``name``. For the
+    building blocks, which compute in their input's dtype and check no values (NaN in, NaN out)."""
+    if not isinstance(t, Tensor):
+        raise SimkitError(f"`{name}` must be a torch tensor, got {type(t).__name__}; convert it first, e.g. "
+                          f"torch.as_tensor({name})")
+    check_real_tensor(t, name)
+    if not t.is_floating_point():
+        raise SimkitError(f"`{name}` must hold floating-point values, got {t.dtype}; cast it first, e.g. "
+                          f"{name}.double()")
+    if t.dim() < min_dim or (max_dim is not None and t.dim() > max_dim) or (square and t.shape[-1] != t.shape[-2]):
+        want = "a square (..., n, n) matrix" if square else "a 2-D (n, features) matrix" if max_dim == 2 else \
+            f"at least {min_dim}-D"
+        raise SimkitError(f"`{name}` must be {want}, got shape {tuple(t.shape)}")
     return t
 
 
@@ -62,12 +94,26 @@ def check_min_n(n: int, minimum: int, what: str) -> None:
 
 def check_k(k: int, n: int) -> None:
     """Raise unless 1 <= k <= n - 1 (neighbours exclude the point itself)."""
-    if int(k) != k or k < 1:
+    if not _whole(k) or k < 1:
         raise SimkitError(f"`k` must be a positive integer, got {k!r}; the default is k=10")
     if k > n - 1:
         raise SimkitError(
             f"k={k} neighbours need at least {k + 1} samples, got {n}; use more samples or a smaller k"
         )
+
+
+def _whole(value: Any) -> bool:
+    """True for a whole number (``3`` or ``3.0``); False for anything else (text, None, NaN, inf)."""
+    try:
+        return bool(int(value) == value)
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def row_eps(dtype: torch.dtype) -> float:
+    """``F.normalize``'s ``eps`` for rows of ``dtype``: its default 1e-12 where the dtype holds it, else the
+    dtype's smallest normal number (float16: a row of zeros stays zeros instead of 0/0 = NaN)."""
+    return max(1e-12, float(torch.finfo(dtype).tiny))
 
 
 def check_positive(value: float, name: str) -> None:
@@ -78,7 +124,7 @@ def check_positive(value: float, name: str) -> None:
 
 def check_chunk(chunk: int | None) -> None:
     """Raise unless ``chunk`` is None (automatic) or a positive integer number of rows."""
-    if chunk is not None and (int(chunk) != chunk or chunk < 1):
+    if chunk is not None and (not _whole(chunk) or chunk < 1):
         raise SimkitError(f"`chunk` must be a positive integer (rows per block), got {chunk!r}")
 
 
@@ -167,6 +213,8 @@ def exact_quantile(t: Tensor, q: float) -> Tensor:
     Exact for tensors of any size (``torch.quantile`` refuses inputs over 2**24 elements in older torch
     releases; simkit supports torch >= 2.1): two ``kthvalue`` selections on the flattened tensor. Returns a 0-d tensor of ``t``'s dtype.
     """
+    if isinstance(q, bool) or not isinstance(q, int | float) or not 0 <= q <= 1:
+        raise SimkitError(f"`q` must be a quantile in [0, 1], got {q!r}")
     flat = t.reshape(-1)
     m = flat.numel()
     if m == 0:
@@ -182,5 +230,6 @@ def exact_quantile(t: Tensor, q: float) -> Tensor:
     if int((flat <= v_lo).sum()) >= lo + 2:
         v_hi = v_lo
     else:
-        v_hi = flat[flat > v_lo].min()
+        above = flat[flat > v_lo]
+        v_hi = above.min() if above.numel() else v_lo  # none above: NaN entries (sorted last), which propagate
     return v_lo + frac * (v_hi - v_lo)

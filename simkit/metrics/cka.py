@@ -6,7 +6,9 @@ Conventions: activations ``x (n, p)`` and ``y (n, q)`` hold the same ``n`` examp
 a constant activation is undefined: NaN plus a ``RuntimeWarning`` (the engine adds the layer name).
 
 Building blocks, public because the streaming accumulators (``simkit.metrics.streaming``) use them:
-each estimator is written once, here, and both the functions and the accumulators call it.
+each estimator is written once, here, and both the functions and the accumulators call it. They take
+floating-point torch tensors and check their types and shapes (:class:`SimkitError`), not their values:
+they compute in the input's dtype, so NaN in (or overflow in that dtype) gives NaN out.
 
 * Gram side: :func:`gram_linear`, :func:`gram_rbf`, :func:`sq_distances` (the one distance formula),
   :func:`median_of_distances` / :func:`median_distance` (the one median, chunked),
@@ -32,18 +34,23 @@ from simkit.metrics._checks import (
     check_min_n,
     check_positive,
     check_same_n,
+    check_tensor,
     exact_quantile,
     is_constant,
     warn_undefined,
 )
 
 FORMS = ("auto", "features", "gram")
+#: how far above 1 a float64 CKA ratio may round before :func:`cka_ratio` takes its denominator for rounding
+#: noise (in float32, e.g. a training loss, 1e4 eps: about 1e-3)
+RATIO_SLACK = 1e-6
 
 # ---------------------------------------------------------------------------------------------- Grams
 
 
 def gram_linear(x: Tensor) -> Tensor:
     """Linear kernel ``K = x xᵀ``: ``x (n, p)`` → ``(n, n)`` in ``x``'s dtype."""
+    check_tensor(x, "x", 2, 2)
     return x @ x.T
 
 
@@ -121,9 +128,13 @@ def gram_rbf(x: Tensor, factor: float = 1.0, sigma: float | None = None) -> Tens
     ``σ = factor · median pairwise distance`` (diagonal excluded) unless ``sigma`` is given. A zero
     bandwidth (more than half of the pairs are duplicates) raises: pass ``sigma`` explicitly.
     """
+    check_tensor(x, "x", 2, 2)
     check_positive(factor, "factor")
     if sigma is None:
         sigma_t = factor * median_distance(x)
+        if not bool(torch.isfinite(sigma_t)):
+            raise SimkitError("the median pairwise distance of `x` is not finite (NaN or Inf in `x`, or overflow in "
+                              f"its dtype {x.dtype}); check `x`, or cast it to float64")
         if not bool(sigma_t > 0):
             raise SimkitError(
                 "RBF bandwidth is 0: the median pairwise distance is 0 (most samples are duplicates); "
@@ -140,6 +151,7 @@ def gram_rbf(x: Tensor, factor: float = 1.0, sigma: float | None = None) -> Tens
 
 def center_gram(k: Tensor) -> Tensor:
     """``H K H`` with ``H = I − 11ᵀ/n`` for ``k (..., n, n)`` (leading batch axes allowed)."""
+    check_tensor(k, "k", square=True)
     row = k.mean(-1, keepdim=True)
     col = k.mean(-2, keepdim=True)
     return k - row - col + k.mean((-2, -1), keepdim=True)
@@ -167,7 +179,7 @@ def u_center_gram(k: Tensor) -> Tensor:
     zeroed again; so that ``⟨U(K), U(L)⟩_F = n(n−3)·HSIC_1(K, L)``. Out of place (differentiable).
     The streaming accumulators build the same rows from :func:`u_center_offsets` and :func:`u_center_rows`.
     """
-    n = k.shape[-1]
+    n = check_tensor(k, "k", square=True).shape[-1]
     check_min_n(n, 4, "U-centering (unbiased HSIC)")
     off = 1.0 - torch.eye(n, dtype=k.dtype, device=k.device)
     m = u_center_offsets((k * off).sum(-2), n)
@@ -175,6 +187,8 @@ def u_center_gram(k: Tensor) -> Tensor:
 
 
 def _check_grams(K: Tensor, L: Tensor) -> int:
+    check_tensor(K, "K")
+    check_tensor(L, "L")
     if K.dim() < 2 or K.shape[-1] != K.shape[-2] or L.dim() < 2 or L.shape[-1] != L.shape[-2]:
         raise SimkitError(
             f"Gram matrices must be square (n, n), got {tuple(K.shape)} and {tuple(L.shape)}"
@@ -280,13 +294,21 @@ def cka_ratio(hxy: Tensor, hxx: Tensor, hyy: Tensor, warn: bool = True) -> Tenso
 
     Where the denominator is not positive (a side without variance under this kernel) the value is NaN,
     with a warning unless ``warn=False`` (the streaming accumulators warn themselves, naming the layers).
-    The one CKA ratio of simkit.
+    So it is where ``|ratio|`` exceeds 1 by more than :data:`RATIO_SLACK` (float64; 1e4 eps in a lower precision):
+    Cauchy–Schwarz bounds every CKA ratio by 1 (the HSICs are inner products, biased, U-centred or summed
+    over batches), so beyond it the denominator is rounding noise (the unbiased HSIC of a degenerate
+    sample, e.g. 3 equal rows of 4).
+    The one CKA ratio of simkit. Where ``hxx · hyy`` under- or overflows (tiny or huge activations) it is
+    ``hxy / (√hxx · √hyy)``, the same ratio without the product.
     """
     den = hxx * hyy
-    ok = den > 0
+    off_scale = (hxx > 0) & (hyy > 0) & ~(torch.isfinite(den) & (den >= torch.finfo(den.dtype).tiny))
+    out = torch.where(off_scale, hxy / (hxx.clamp_min(0).sqrt() * hyy.clamp_min(0).sqrt()),
+                      hxy / den.clamp_min(0).sqrt())
+    slack = max(RATIO_SLACK, 1e4 * float(torch.finfo(out.dtype).eps))  # float32 sums of 1e4 terms round further
+    ok = ((den > 0) | off_scale) & (out.abs() <= 1 + slack)
     if warn and not bool(ok.all()):
-        warn_undefined("an activation has zero variance under this kernel", stacklevel=4)
-    out = hxy / den.clamp_min(0).sqrt()
+        warn_undefined("an activation has zero variance under this kernel (up to rounding)", stacklevel=4)
     return torch.where(ok, out, torch.full_like(out, float("nan")))
 
 
@@ -343,6 +365,11 @@ def linear_cka(x, y, form: str = "auto") -> float:
     ``‖x_cᵀy_c‖_F² / (‖x_cᵀx_c‖_F ‖y_cᵀy_c‖_F)``; ``form`` "auto" uses the feature-space products when
     ``p·q < n²`` and the Gram form otherwise ("features" / "gram" force one). NaN + warning for a
     constant input; needs ``n ≥ 2``.
+
+    >>> import torch
+    >>> x = torch.randn(100, 8, generator=torch.Generator().manual_seed(0))
+    >>> round(linear_cka(x, 3 * x + 1), 6)   # invariant to isotropic scaling and shifts
+    1.0
     """
     _check_form(form)
     pair = _pair(x, y, 2, "linear CKA")

@@ -29,6 +29,7 @@ from simkit.metrics._checks import (
     check_same_n,
     exact_quantile,
     is_constant,
+    row_eps,
     warn_undefined,
 )
 from simkit.metrics.knn_search import search
@@ -71,7 +72,7 @@ def clamp_normalize(x: Tensor, q: float = 0.95) -> Tensor:
     The quantile is exact for any size (:func:`~simkit.metrics._checks.exact_quantile`).
     """
     bound = exact_quantile(x.detach().abs(), q)
-    return F.normalize(x.clamp(-bound, bound), dim=1)
+    return F.normalize(x.clamp(-bound, bound), dim=1, eps=row_eps(x.dtype))
 
 
 def _neighbour_sets(x, y, k: int, chunk: int | None, dtype: torch.dtype, metric: str,

@@ -35,7 +35,16 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from simkit.errors import SimkitError, unknown_name_error
-from simkit.metrics._checks import check_chunk, check_k, check_min_n, check_positive, check_same_n
+from simkit.metrics._checks import (
+    check_chunk,
+    check_finite,
+    check_k,
+    check_min_n,
+    check_positive,
+    check_real_tensor,
+    check_same_n,
+    row_eps,
+)
 from simkit.metrics.cka import linear_cka_tensor, unbiased_cka_tensor
 from simkit.metrics.knn import CHUNK_ELEMENTS, clamp_normalize, knn_indices
 
@@ -43,11 +52,13 @@ from simkit.metrics.knn import CHUNK_ELEMENTS, clamp_normalize, knn_indices
 DENSE_MAX_N = 2048
 
 
-def _flat_pair(target: Tensor, guide: Tensor, minimum: int, what: str) -> tuple[Tensor, Tensor]:
-    for name, t in (("target", target), ("guide", guide)):
+def _flat_pair(target: Tensor, guide: Tensor, minimum: int, what: str,
+               names: tuple[str, str] = ("target", "guide")) -> tuple[Tensor, Tensor]:
+    for name, t in zip(names, (target, guide), strict=True):
         if not isinstance(t, Tensor) or t.dim() < 2:
             shape = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
             raise SimkitError(f"{what}: {name} must be a tensor (n, ...) of n examples, got {shape}")
+        check_real_tensor(t, name)
     check_same_n(target.shape[0], guide.shape[0])
     check_min_n(target.shape[0], minimum, what)
     dtype = torch.promote_types(target.dtype, guide.dtype)
@@ -171,15 +182,17 @@ def dmnn_loss(target: Tensor, guide: Tensor, k: int = 10, tau: float = 0.1, chun
     ``chunk`` one dense n × n pass; otherwise blocks of rows (``chunk``, or by default
     ``knn_search.TILE`` for the top-k and :func:`kl_chunk` for the KL terms) with a recomputing
     backward: memory ``O(n·(p + q + k) + chunk·n)`` at n = 50,000, first-order gradients only. Both
-    paths agree to rounding.
+    paths agree to rounding. NaN or Inf in either input is a SimkitError (the neighbour search needs finite values).
     See the module docstring for what happens as τ → 0.
     """
     check_positive(tau, "tau")
     check_chunk(chunk)
     x, y = _flat_pair(target, guide, 2, "dmnn_loss")
+    for name, t in (("target", x), ("guide", y)):
+        check_finite(t, f"`{name}`")  # the neighbour search needs finite values
     n = len(x)
     check_k(k, n)
-    t_hat, g_hat = F.normalize(x, dim=1), F.normalize(y, dim=1)
+    t_hat, g_hat = F.normalize(x, dim=1, eps=row_eps(x.dtype)), F.normalize(y, dim=1, eps=row_eps(y.dtype))
     idx, valid = dmnn_support(t_hat, g_hat, k, chunk)
     if chunk is None and n <= DENSE_MAX_N:
         mask = torch.zeros(n, n, dtype=torch.bool, device=x.device)
@@ -200,14 +213,17 @@ def soft_mutual_knn(x: Tensor, y: Tensor, k: int = 10, tau: float = 0.01, q: flo
     ``mean_i Σ_j m^x_ij m^y_ij / k``. Dense: ``O(n²)`` memory, for training-batch sizes. ``n ≥ k + 2``.
     """
     check_positive(tau, "tau")
-    a, b = _flat_pair(x, y, 2, "soft_mutual_knn")
+    a, b = _flat_pair(x, y, 2, "soft_mutual_knn", ("x", "y"))
     n = len(a)
     check_k(k, n)
     if k + 2 > n:
         raise SimkitError(f"soft_mutual_knn with k={k} needs at least {k + 2} samples, got {n}; use a smaller k")
+    for name, t in (("x", a), ("y", b)):
+        if not t.shape[1]:
+            raise SimkitError(f"soft_mutual_knn: `{name}` has no features (shape {tuple(t.shape)}); give at least one")
 
     def membership(z: Tensor) -> Tensor:
-        zn = F.normalize(z, dim=1) if q is None else clamp_normalize(z, q)
+        zn = F.normalize(z, dim=1, eps=row_eps(z.dtype)) if q is None else clamp_normalize(z, q)
         s = (zn @ zn.T).masked_fill(torch.eye(n, dtype=torch.bool, device=z.device), -torch.inf)
         top = s.topk(k + 1, dim=1).values  # differentiable: θ moves with the order statistics
         theta = (top[:, k - 1 : k] + top[:, k : k + 1]) / 2

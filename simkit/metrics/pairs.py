@@ -63,18 +63,18 @@ def _reorder(matrix: Tensor, perm: Tensor) -> Tensor:
 
 
 class Neighbours(NamedTuple):
-    """A layer's k nearest neighbours ``index (n, k)`` and their kernel values ``kernel (n, k)`` (the inner
+    """A layer's k nearest neighbours ``indices (n, k)`` and their kernel values ``kernel (n, k)`` (the inner
     products of the preprocessed rows, platonic-rep's ``K = X Xᵀ``)."""
 
-    index: Tensor
+    indices: Tensor
     kernel: Tensor
 
 
 def neighbours(x: Tensor, k: int) -> Neighbours:
     """:class:`Neighbours` of ``x (n, p)`` after Huh et al.'s preprocessing (as ``mutual_knn``)."""
     z = clamp_normalize(x.double())
-    index = knn_indices(z, k)
-    return Neighbours(index, (z[:, None, :] * z[index]).sum(-1))
+    indices = knn_indices(z, k)
+    return Neighbours(indices, (z[:, None, :] * z[indices]).sum(-1))
 
 
 def permuted_neighbours(nb: Neighbours, perm: Tensor) -> Neighbours:
@@ -82,22 +82,22 @@ def permuted_neighbours(nb: Neighbours, perm: Tensor) -> Neighbours:
     ``s`` is now sample ``π⁻¹(s)``."""
     inverse = torch.empty_like(perm)
     inverse[perm] = torch.arange(len(perm), device=perm.device)
-    return Neighbours(inverse[nb.index[perm]], nb.kernel[perm])
+    return Neighbours(inverse[nb.indices[perm]], nb.kernel[perm])
 
 
 def knn_hsic(a: Neighbours, b: Neighbours) -> Tensor:
     """Unbiased HSIC_1 of the kernels ``K``, ``L`` kept on the pairs ``(i, j)`` that are neighbours in both
     (platonic-rep's ``hsic_unbiased(mask·K, mask·L)``), from the ``n·k`` edges alone: 0-d float64."""
-    n, k = a.index.shape
-    match = a.index[:, :, None] == b.index[:, None, :]                  # (n, k, k): A's edge s is B's edge t
+    n, k = a.indices.shape
+    match = a.indices[:, :, None] == b.indices[:, None, :]                  # (n, k, k): A's edge s is B's edge t
     shared = match.any(2)
     k_vals = a.kernel * shared                                          # K on the shared edges, else 0
     l_vals = (match * b.kernel[:, None, :]).sum(2)                      # L on the shared edges, else 0
-    col_k = torch.zeros(n, dtype=torch.float64, device=k_vals.device).index_add_(0, a.index.flatten(),
+    col_k = torch.zeros(n, dtype=torch.float64, device=k_vals.device).index_add_(0, a.indices.flatten(),
                                                                              k_vals.flatten())
-    rows = torch.arange(n, device=a.index.device)[:, None].expand(n, k)
-    codes = (rows * n + a.index)[shared]
-    reverse = (a.index * n + rows)[shared]
+    rows = torch.arange(n, device=a.indices.device)[:, None].expand(n, k)
+    codes = (rows * n + a.indices)[shared]
+    reverse = (a.indices * n + rows)[shared]
     both = torch.isin(reverse, codes)                                   # (i, j) and (j, i) both kept
     trace = (k_vals[shared] * l_vals[shared])[both].sum()
     return hsic1_from_terms(n, trace, k_vals.sum(), l_vals.sum(), (col_k * l_vals.sum(1)).sum())
@@ -135,7 +135,7 @@ class CycleKnn:
         self.k = int(k)
 
     def prepare(self, x: Tensor, side: str) -> Tensor:
-        return neighbours(x, self.k).index
+        return neighbours(x, self.k).indices
 
     def permuted(self, prep: Tensor, perm: Tensor) -> Tensor:
         inverse = torch.empty_like(perm)

@@ -97,7 +97,7 @@ def rdm_upper(x: Tensor, distance: str) -> Tensor | None:
             d = 1 - g
         upper = torch.arange(n, device=x.device)[None, :] > rows[:, None]
         parts.append(d[upper])
-    return torch.cat(parts)
+    return torch.cat(parts) if parts else z.new_zeros(0)  # fewer than 2 samples: no pairs
 
 
 def average_ranks(v: Tensor) -> Tensor:
@@ -207,12 +207,17 @@ def undefined_reason(distance: str, rdm_missing: bool) -> str:
 
 
 def rdm(x, rsa_distance: str = "correlation") -> Tensor:
-    """The full RDM ``(n, n)`` float64 of ``x (n, p)`` (zero diagonal); NaN-filled when undefined."""
+    """The full RDM ``(n, n)`` float64 of ``x (n, p)`` (zero diagonal); NaN-filled, with a warning, when undefined."""
+    import warnings
+
     distance = check_setting("rsa_distance", rsa_distance)
     xt = as_matrix(x, "x")
     n = len(xt)
     out = torch.zeros(n, n, dtype=torch.float64)
     v = rdm_upper(xt, distance)
+    if v is None:
+        warnings.warn(f"the RDM of `x` is undefined: {undefined_reason(distance, True)}; returning NaN",
+                      RuntimeWarning, stacklevel=2)
     iu = torch.triu_indices(n, n, 1)
     out[iu[0], iu[1]] = v if v is not None else float("nan")
     return out + out.T

@@ -13,6 +13,7 @@ import pandas as pd
 
 from simkit.catalog import LARGE_EFFECT, MEASURES, TESTED_NULL, beats_chance_rule, colour_bounds, range_width
 from simkit.report.figures import ChanceMarks, heatmap_svg, html_table, line_plot
+from simkit.report.pvalues import best_sentence, floor_cautions, p_values_words, test_rows, test_rule
 
 
 def _is_distance(metric: str) -> bool:
@@ -24,7 +25,7 @@ _SUMMARY_LABELS = {
     "model_a": "model A", "weights_a": "weights of A", "model_b": "model B", "weights_b": "weights of B",
     "data": "data", "n": "samples (n)", "mode": "mode",
     "metrics": "metrics", "n_layers_a": "layers of A", "n_layers_b": "layers of B",
-    "batch_size": "batch size", "seconds": "seconds", "warnings": "warnings",
+    "batch_size": "batch size", "seconds": "seconds", "warnings": "warnings", "p_values": "p-values",
 }
 
 
@@ -174,20 +175,21 @@ def chance_table(result, metric: str) -> dict[str, Any] | None:
         return None
     return chance_info(metric, result.matrix(metric, "chance").to_numpy(dtype=float, na_value=np.nan),
                        result.matrix(metric, "beats_chance").to_numpy(dtype=float, na_value=0.0),
-                       result.meta.get("settings", {}).get("null"))
+                       result.meta.get("settings", {}).get("null"), rule=test_rule(result.summary, metric))
 
 
 def chance_info(metric: str, chance: np.ndarray, beats: np.ndarray, null: Any,
-                skip_diagonal: bool = False) -> dict[str, Any]:
+                skip_diagonal: bool = False, rule: str | None = None) -> dict[str, Any]:
     """What the findings and heatmaps need of ``metric``'s chance levels (R, C): the levels, the flags as
     booleans, the cells not counted (each model with itself, ``skip_diagonal``), the rule in words and,
     for a tested null, how many cells pass by chance alone. ``null``: ``meta.settings["null"]`` (the
-    permutations per metric; a number in older results)."""
+    permutations per metric; a number in older results). ``rule``: the corrected test that decided the
+    flags of a run with p-values (``simkit.report.pvalues.test_rule``), which bounds the false positives."""
     draws = int(null.get(metric, 0) if isinstance(null, dict) else null or 0)
     skip = np.eye(*chance.shape) > 0 if skip_diagonal else np.zeros(chance.shape, dtype=bool)
     info: dict[str, Any] = {"chance": chance, "beats": np.nan_to_num(beats) > 0, "skip": skip,
-                            "rule": beats_chance_rule(metric, draws)}
-    if draws >= TESTED_NULL:
+                            "rule": rule or beats_chance_rule(metric, draws)}
+    if draws >= TESTED_NULL and rule is None:
         info["false_positives"] = float((np.isfinite(chance) & np.logical_not(skip)).sum()) / (draws + 1)
     return info
 
@@ -355,6 +357,7 @@ def cautions(summary: dict[str, Any], meta: dict[str, Any], matrices: dict[str, 
                  "a constant layer, or a measure that needs more samples than the layer has dimensions")
         out.append(f"{missing} of {len(table)} values are undefined (NaN; hatched): {cause}.")
     out += [f"warning: {w}" for w in warned]
+    out += floor_cautions(summary)
     reduce = meta.get("settings", {}).get("reduce")
     if str(summary.get("data", "")).startswith("text:") and reduce == "flatten":
         out.append("Token sequences were flattened (--reduce flatten): padding positions and sentence length "
@@ -410,16 +413,21 @@ def context(result) -> dict[str, Any]:
     best = best_matches(matrices, nulls) if matrices else []
     has_null = any(v is not None for v in nulls.values())
     layers = result.tables.get("layers")
-    value_columns = [c for c in ("value", "chance", "null_mean", "null_p95", "ci_low", "ci_high")
-                     if c in table.columns]
+    value_columns = [c for c in ("value", "chance", "calibrated", "null_mean", "null_p95", "p_value", "p_corrected",
+                                 "ci_low", "ci_high") if c in table.columns]
     shown_columns = value_columns + (["beats_chance"] if "beats_chance" in table.columns else [])
     band = null_band(table, metrics)
     shown = {**summary, "null": result.meta.get("settings", {}).get("null")}
+    found = findings(shown, matrices, band, reductions_text(layers), chances)
+    tested = best_sentence(summary, lead_metric(metrics)) if metrics else None
     return {
-        "findings": with_sources(findings(shown, matrices, band, reductions_text(layers), chances), summary),
+        "findings": with_sources(found[:1] + ([tested] if tested else []) + found[1:], summary),
         "cautions": cautions(summary, result.meta, matrices, band, table, chances),
         "summary_rows": summary_rows({**summary, **({"samples": samples_words(summary["samples"])}
-                                                    if "samples" in summary else {})}, _SUMMARY_LABELS),
+                                                    if "samples" in summary else {}),
+                                      **({"p_values": p_values_words(summary)} if "p_values" in summary else {})},
+                                     _SUMMARY_LABELS),
+        "tests": test_rows(summary),
         "model_a": model_a,
         "model_b": model_b,
         "weights_a": summary.get("weights_a"),

@@ -17,6 +17,7 @@ import numpy as np
 
 from simkit.catalog import LARGE_EFFECT, MEASURES
 from simkit.report.compare import chance_counts, chance_table, depth_diagonal, lead_metric
+from simkit.report.pvalues import best_of, best_words, decision_words
 from simkit.report.study import off_diagonal, study_chance
 
 
@@ -55,6 +56,11 @@ def compare_headline(result) -> str:
     if info is None:
         return text + "; not checked against chance (rerun with --null 10)"
     beats, large, total = chance_counts(metric, values, info)
+    decision, best = decision_words(result.summary), best_of(result.summary, metric)
+    if decision is not None:  # a run with p-values: the corrected count and the best pair's max-corrected p
+        tail = f"; most similar pair {best_words(best)}" if best else ""
+        return (text + f"; {beats} of {total} layer pairs beat chance ({decision}), {large} of them by a large "
+                f"margin{tail}")
     return (text + f"; {beats} of {total} layer pairs beat their chance level, {large} of them by a large margin "
             f"(≥ {LARGE_EFFECT:.0%} of the range)")
 
@@ -74,6 +80,9 @@ def study_headline(result) -> str:
         return (f"{metric} between {models} different models averages {_f(float(np.nanmean(values)))}; not "
                 "checked against chance, so no pair is named most similar")
     beats, large, total = chance_counts(metric, values, info)
+    best = best_of(result.summary, metric)
+    if best is not None:
+        return _study_tested(metric, models, best, (beats, large, total), decision_words(result.summary))
     winners = np.where(info["beats"] & np.isfinite(values) & np.logical_not(info["skip"]),
                        values * _similar_first(metric), -np.inf)
     if beats == 0:
@@ -83,6 +92,18 @@ def study_headline(result) -> str:
     return (f"most similar pair: {frame.index[i]} and {frame.columns[j]} ({metric} {_f(values[i, j])}, chance "
             f"level {_f(float(info['chance'][i, j]))}); {beats} of {total} pairs of different models beat chance, "
             f"{large} by a large margin")
+
+
+def _study_tested(metric: str, models: int, best: dict[str, Any], counts: tuple[int, int, int],
+                  decision: str | None) -> str:
+    """A study's line with p-values: the most similar pair named only when it beats the null of the best
+    pair (the maximum over pairs of different models under each permutation)."""
+    beats, large, total = counts
+    tally = f"{beats} of {total} pairs of different models beat chance ({decision}), {large} by a large margin"
+    if not best.get("beats_max_null"):
+        return (f"no pair of different models beats the null of the best pair ({metric}, {models} models, highest "
+                f"{best_words(best)}); {tally}")
+    return f"most similar pair: {best_words(best)} ({metric}); {tally}"
 
 
 def result_headline(result) -> str | None:

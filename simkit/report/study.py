@@ -26,6 +26,7 @@ from simkit.report.compare import (
     with_sources,
 )
 from simkit.report.figures import ChanceMarks, heatmap_svg, html_table
+from simkit.report.pvalues import best_of, best_sentence, p_values_words, test_rule
 from simkit.report.study_figures import dendrogram_svg, embedding_svg
 
 _SUMMARY_LABELS = {"models": "models", "weights": "weights", "metric": "metric", "metrics": "metrics",
@@ -71,7 +72,8 @@ def study_chance(result, metric: str, like: pd.DataFrame) -> dict[str, Any] | No
     beats = study_matrix(table, metric, "beats_chance", like)
     if chance is None or beats is None:
         return None
-    return chance_info(metric, chance, beats, result.meta.get("settings", {}).get("null"), skip_diagonal=True)
+    return chance_info(metric, chance, beats, result.meta.get("settings", {}).get("null"), skip_diagonal=True,
+                       rule=test_rule(result.summary, metric))
 
 
 def findings(summary: dict[str, Any], matrices: dict[str, pd.DataFrame], band: list[dict],
@@ -93,12 +95,18 @@ def findings(summary: dict[str, Any], matrices: dict[str, pd.DataFrame], band: l
     lead = (f"{metric} between {len(frame)} models ({'weights: ' + weights + '; ' if weights else ''}"
             f"{pairing_words(str(summary.get('pairing', '?')))}, {summary.get('data', '?')}, "
             f"n = {summary.get('n', '?')}, {summary.get('mode', '?')} mode): ")
-    if info is not None and not info["beats"][high]:
+    best = best_of(summary, metric)
+    if best is not None and not best.get("beats_max_null"):  # p-values: named only when it beats the max null
+        lead += ("no pair of different models beats the null of the best pair, so none is named most similar "
+                 f"(the highest value, {values[high]:.3f}, has max-corrected p = {best.get('p_max')}).")
+    elif info is not None and not info["beats"][high]:
         lead += (f"no pair of different models beats chance, so none is named most similar (the highest value, "
                  f"{values[high]:.3f}, is within chance).")
     else:
         lead += f"the most similar pair is {name(high)}, the least similar {name(low)}."
     out = [lead, f"Between different models the mean is {float(np.nanmean(values)):.3f}."]
+    tested = best_sentence(summary, metric, "pair of models") if best is not None and best.get("beats_max_null") else None
+    out += [tested] if tested else []
     if chances:
         return out + chance_sentences({m: off_diagonal(f) for m, f in matrices.items()}, chances)
     row = next((r for r in band if r["metric"] == metric), None)
@@ -213,7 +221,9 @@ def context(result) -> dict[str, Any]:
         "summary_rows": summary_rows({**summary, **({"weights": weights_words(summary) or "unknown"}
                                                     if "weights" in summary else {}),
                                       **({"samples": samples_words(summary["samples"])} if "samples" in summary
-                                         else {})}, _SUMMARY_LABELS),
+                                         else {}),
+                                      **({"p_values": p_values_words(summary)} if "p_values" in summary else {})},
+                                     _SUMMARY_LABELS),
         "views": views(result, lead_metric(metrics), chances.get(lead_metric(metrics)),
                        matrices[lead_metric(metrics)]) if metrics else None,
         "models": list(summary.get("models", [])),

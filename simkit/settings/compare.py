@@ -33,7 +33,25 @@ from simkit.catalog import (
     null_help,
 )
 from simkit.errors import SimkitError
-from simkit.options import Choice, Integer, Names, Optional, Real, Settings, n_option, option, seed_option
+from simkit.options import (
+    Choice,
+    Integer,
+    Names,
+    Optional,
+    Real,
+    Settings,
+    n_option,
+    option,
+    rule,
+    seed_option,
+)
+from simkit.settings.pvalues import (
+    check_inference,
+    correction_option,
+    groups_option,
+    groups_record,
+    p_values_option,
+)
 
 MODES = ("exact", "minibatch")
 #: how a layer's output becomes one vector per sample (``simkit.layers.reduce_output``)
@@ -93,6 +111,14 @@ class CompareSettings(Settings):
     min_overlap: float | None = option(None, Optional(Real(gt=0, le=1)), "Activations with sample IDs: the "
                                        "fewest matched samples allowed, as a fraction of the smaller side.",
                                        show_default=f"{DEFAULT_MIN_OVERLAP:g}")
+    p_values: bool = p_values_option()
+    correction: str | None = correction_option()
+    groups: str | Sequence[str] | None = groups_option()
+
+    @rule
+    def _correction_with_p_values(self) -> dict[str, Any] | None:
+        """``correction`` only with ``p_values`` (Holm when not given); enough permutations for a p-value."""
+        return check_inference(self.p_values, self.correction, self.null)
 
     def to_dict(self) -> dict[str, Any]:
         """Every setting, JSON-ready, for ``meta.settings``; a measure's own settings only when a measure they
@@ -105,6 +131,11 @@ class CompareSettings(Settings):
             del out["ci"], out["ci_resamples"]
         if out["min_overlap"] is None:  # recorded only when given (it matters only for IDs)
             del out["min_overlap"]
+        if not out["p_values"]:  # recorded only when asked for (p-values, their correction)
+            del out["p_values"], out["correction"]
+        out["groups"] = groups_record(out["groups"])
+        if out["groups"] is None:
+            del out["groups"]
         return {k: v for k, v in out.items() if k not in MEASURE_FIELDS or k in used}
 
     def resolved(self) -> dict[str, Any]:

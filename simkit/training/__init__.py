@@ -1,6 +1,6 @@
 """The one training loop (:func:`fit`), plateau LR control, checkpoints and bit-identical resume.
 
-Every simkit runner trains through :func:`fit`; see its docstring and DEVELOPING.md "Training".
+Every simkit runner trains through :func:`fit`; see its docstring and docs/contributing.md, "Training".
 """
 
 from simkit.training.classifier import evaluate_accuracy, recalibrate_batchnorm, train_classifier

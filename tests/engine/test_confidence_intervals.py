@@ -85,7 +85,7 @@ def test_compare_reports_the_interval_in_both_modes_and_it_holds_the_value():
         assert {"ci_low", "ci_high"} <= set(frame.columns)
         finite = frame.dropna(subset=["value"])
         assert ((finite["ci_low"] <= finite["value"]) & (finite["value"] <= finite["ci_high"])).all(), mode
-    with pytest.raises(SimkitError, match="`ci` must be a number in \(0, 1\) or None, got 95; a confidence level, e.g. 0.95"):
+    with pytest.raises(SimkitError, match=r"`ci` must be a number in \(0, 1\) or None, got 95; a confidence level, e.g. 0.95"):
         simkit.compare(a, b, x, ci=95, progress=False)
 
 

@@ -55,33 +55,14 @@ def test_unrelated_data_is_not_better_than_the_mean():
 PROPS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def rotation(p, seed):
-    q, _ = np.linalg.qr(np.random.default_rng(seed).normal(size=(p, p)))
-    return q
-
-
-@PROPS
-@given(seed=st.integers(0, 10_000), sx=st.floats(0.01, 100), sy=st.floats(0.01, 100))
-def test_invariant_to_rotations_scales_and_shifts_of_either_side(seed, sx, sy):
-    x, y = data(30, 4, 3, seed=seed)
-    ref = ridge_r2(x, y)
-    assert ridge_r2(x @ rotation(4, seed) * sx - 3, y) == pytest.approx(ref, abs=1e-7)
-    assert ridge_r2(x, y @ rotation(3, seed + 1) * sy + 9) == pytest.approx(ref, abs=1e-7)
-
-
 @PROPS
 @given(seed=st.integers(0, 10_000))
-def test_least_squares_is_invariant_to_invertible_maps_of_x_ridge_is_not(seed):
+def test_least_squares_is_invariant_to_invertible_maps_of_x(seed):
+    """At ridge_lambda = 0 (the default ridge is not: tests/metrics/test_invariances.py)."""
     x, y = data(30, 4, 3, seed=seed, noise=1.0)
     a = np.random.default_rng(seed).normal(size=(4, 4)) + 3 * np.eye(4)
     a[:, 0] *= 30
     assert ridge_r2(x @ a, y, ridge_lambda=0.0) == pytest.approx(ridge_r2(x, y, ridge_lambda=0.0), abs=1e-7)
-
-
-def test_ridge_is_not_invariant_to_anisotropic_scaling_of_x():
-    x, y = data(30, 4, 3, seed=1, noise=1.0)
-    stretch = np.diag([100.0, 1, 1, 0.01])
-    assert abs(ridge_r2(x @ stretch, y, ridge_lambda=1.0) - ridge_r2(x, y, ridge_lambda=1.0)) > 1e-3
 
 
 def test_errors_and_constant_input():

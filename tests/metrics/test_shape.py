@@ -223,51 +223,38 @@ def test_bad_arguments_are_one_line_errors():
 PROPS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+# rotations, scalings, shifts and permutations of units at the default settings, and invertible maps for
+# cca: tests/metrics/test_invariances.py; here what depends on a setting or lies outside those five
+
+
 @PROPS
 @given(seed=st.integers(0, 10_000), scale=st.floats(0.01, 100), p=st.integers(1, 6))
-def test_rotation_and_scale_invariance(seed, scale, p):
+def test_shape_metric_is_rotation_and_scale_invariant_at_every_alpha(seed, scale, p):
     x, y = data(30, p, 3, seed=seed)
     xr = x @ rotation(p, seed + 1) * scale + 5.0
-    for fn in (procrustes, cca, svcca, procrustes_angle):
-        assert fn(xr, y) == pytest.approx(fn(x, y), abs=1e-7)
     for alpha in (0.0, 0.4, 1.0):
         assert shape_metric(xr, y, shape_alpha=alpha) == pytest.approx(shape_metric(x, y, shape_alpha=alpha), abs=1e-6)
 
 
 @PROPS
 @given(seed=st.integers(0, 10_000))
-def test_cca_is_invariant_to_invertible_linear_maps_procrustes_is_not(seed):
+def test_shape_metric_at_alpha_zero_is_invariant_to_invertible_linear_maps(seed):
     x, y = data(40, 4, 3, seed=seed)
-    rng = np.random.default_rng(seed)
-    a = rng.normal(size=(4, 4)) + 3 * np.eye(4)
+    a = np.random.default_rng(seed).normal(size=(4, 4)) + 3 * np.eye(4)
     a[:, 0] *= 10                                    # stretch one direction: not a rotation
-    assert abs(np.linalg.det(a)) > 1e-3
-    assert cca(x @ a, y) == pytest.approx(cca(x, y), abs=1e-7)
     assert shape_metric(x @ a, y, shape_alpha=0.0) == pytest.approx(shape_metric(x, y, shape_alpha=0.0), abs=1e-6)
-    assert abs(procrustes(x @ a, y) - procrustes(x, y)) > 1e-5   # 8.3e-5 at seed 5077
-
-
-def test_procrustes_and_svcca_are_not_invariant_to_an_anisotropic_scaling():
-    x, y = data(60, 5, 4, seed=3)
-    stretch = np.diag([20.0, 1, 1, 0.05, 1])
-    assert abs(procrustes(x @ stretch, y) - procrustes(x, y)) > 1e-3
-    assert abs(svcca(x @ stretch, y) - svcca(x, y)) > 1e-3
-    assert abs(shape_metric(x @ stretch, y, shape_alpha=0.7) - shape_metric(x, y, shape_alpha=0.7)) > 1e-3
 
 
 @PROPS
-@given(seed=st.integers(0, 10_000), scale=st.floats(0.01, 100))
-def test_pwcca_is_invariant_to_neuron_permutation_sign_and_scale_not_rotation(seed, scale):
+@given(seed=st.integers(0, 10_000))
+def test_pwcca_is_invariant_to_sign_flips_of_neurons(seed):
     x, y = data(40, 3, 5, seed=seed)
-    rng = np.random.default_rng(seed)
-    signed = x[:, rng.permutation(3)] * np.array([1, -1, 1]) * scale
-    assert pwcca(signed, y) == pytest.approx(pwcca(x, y), abs=1e-7)
+    assert pwcca(x * np.array([1, -1, 1]), y) == pytest.approx(pwcca(x, y), abs=1e-7)
 
 
-def test_pwcca_is_not_rotation_invariant_and_not_symmetric():
+def test_pwcca_weights_come_from_the_narrower_layer_so_equal_widths_are_not_symmetric():
     x, y = data(60, 3, 5, seed=1)
     x = x * np.array([5.0, 1.0, 0.2])
-    assert abs(pwcca(x @ rotation(3, 7), y) - pwcca(x, y)) > 1e-4
     assert abs(pwcca(x, y) - pwcca(y, x)) < 1e-12         # the weights come from x (narrower) both ways
     z, _ = data(60, 5, 5, seed=2)
     assert abs(pwcca(y, z) - pwcca(z, y)) > 1e-6           # equal widths: weights from the first argument

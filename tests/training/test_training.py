@@ -410,8 +410,9 @@ def test_two_ranks_match_one_process(tmp_path):
 def test_torchrun_runs_end_without_an_abort():
     """Issue #25: a two-rank run used to end with exit -6 ("terminate called without an active exception")
     about one run in six: the group outlived destroy_process_group (torch._dynamo imported after it was
-    joined), so gloo's workers were still dropping finished work while the interpreter finalised. Five
-    runs each of the two-rank compare, training command and bare ``fit`` script, all exit 0."""
+    joined), so gloo's workers were still dropping finished work while the interpreter finalised. Three
+    runs each of the two-rank compare, training command and bare ``fit`` script, all exit 0 (the suite's
+    time budget; ``benchmarks/bench_torchrun_exits.py --runs 30`` is the full check)."""
     if not (Path(sys.executable).parent / "torchrun").exists():
         pytest.skip("torchrun not installed")
     bench = ROOT / "benchmarks" / "bench_torchrun_exits.py"
@@ -419,5 +420,5 @@ def test_torchrun_runs_end_without_an_abort():
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    stats = module.run_arms(["compare", "train", "fit"], runs=5, timeout=300)
+    stats = module.run_arms(["compare", "train", "fit"], runs=3, timeout=300)
     assert {arm: s["failures"] for arm, s in stats.items()} == {"compare": 0, "train": 0, "fit": 0}, stats

@@ -127,6 +127,13 @@ from simkit.metrics.streaming.common import Names, Part, PhaseProgress, Values, 
 from simkit.metrics.streaming.features import FeaturePart, feature_path_bytes
 from simkit.metrics.streaming.folds import FoldPart, fold_path_bytes
 from simkit.metrics.streaming.minibatch import MinibatchPart
+from simkit.metrics.streaming.pvalues import (
+    Draws,
+    check_groups_cover,
+    describe_p_values,
+    group_codes,
+    with_p_values,
+)
 from simkit.metrics.streaming.state import State, StoredPayload
 from simkit.metrics.streaming.stored import StoredPart
 
@@ -140,8 +147,10 @@ class Accumulator:
     Every operation beyond feeding and computing (moving, merging, re-basing, saving and loading) goes
     through the parts' declared states (:mod:`simkit.metrics.streaming.state`), in part order."""
 
-    def __init__(self, parts: Sequence[Part], metrics: list[str], dims_a: list[int], dims_b: list[int]):
+    def __init__(self, parts: Sequence[Part], metrics: list[str], dims_a: list[int], dims_b: list[int], *,
+                 p_values: bool = False, groups: Tensor | None = None):
         self.parts, self.metrics, self.dims_a, self.dims_b = list(parts), metrics, dims_a, dims_b
+        self.p_values, self.groups = p_values, groups   # a p-value per cell; the samples' group codes
         self.calls = 0
         self.rows = 0
 
@@ -168,6 +177,7 @@ class Accumulator:
         if batch_index is None:
             batch_index = self.calls
         offset = self.rows if row_offset is None else int(row_offset)
+        check_groups_cover(self.groups, offset, b)
         self.calls += 1
         self.rows += b
         for part in self.parts:
@@ -233,26 +243,31 @@ class Accumulator:
         out: Values = {}
         for part in self.parts:
             out.update(part.compute(progress))
-        return {m: out[m] for m in self.metrics}
+        out = {m: out[m] for m in self.metrics}
+        return with_p_values(out, self.metrics) if self.p_values else out
 
     def describe(self) -> dict[str, dict[str, Any]]:
         """How each metric was computed: ``{metric: {"mode", "path", "n", ...}}``."""
         out: dict[str, dict[str, Any]] = {}
         for part in self.parts:
             out.update(part.describe())
-        return {m: out[m] for m in self.metrics}
+        out = {m: out[m] for m in self.metrics}
+        return describe_p_values(out) if self.p_values else out
 
 
 def make_accumulator(settings: CompareSettings, dims_a: Sequence[int], dims_b: Sequence[int], *,
                      names_a: Sequence[str] | None = None, names_b: Sequence[str] | None = None,
-                     max_stored_n: int = 50_000) -> Accumulator:
+                     max_stored_n: int = 50_000, groups: Sequence[Any] | Tensor | None = None) -> Accumulator:
     """An accumulator of ``settings.metrics`` for layers of widths ``dims_a`` (model A) × ``dims_b`` (model B).
 
     settings: :class:`~simkit.metrics.settings.CompareSettings` (validated here unless it already is): the
     mode (``"exact"`` full-data values, or ``"minibatch"``, Nguyen et al.'s averaged HSIC streams; the
     measures other than CKA are always full-data), the null (K permutations of B's samples, 0: none), its
     seed, the memory budget and the measures' own settings. names_*: layer names used in warnings and
-    errors (default ``A[i]``, ``B[j]``). Paths and their memory: module docstring.
+    errors (default ``A[i]``, ``B[j]``). groups: one group label per sample in data order (the labels of
+    ``settings.groups``): every permutation moves a sample only within its group. With ``settings.p_values``
+    every value gets a ``p_value`` (:mod:`simkit.metrics.streaming.pvalues`). Paths and their memory:
+    module docstring.
     """
     if not isinstance(settings, CompareSettings):
         raise SimkitError(f"`settings` must be a CompareSettings, got {type(settings).__name__}")
@@ -261,15 +276,16 @@ def make_accumulator(settings: CompareSettings, dims_a: Sequence[int], dims_b: S
     if not dims_a or not dims_b or min(dims_a + dims_b) < 1:
         raise SimkitError(f"every model needs at least one layer of width >= 1, got {dims_a} and {dims_b}")
     names = Names(names_a, names_b, len(dims_a), len(dims_b))
-    return Accumulator(_parts(settings, dims_a, dims_b, names, int(max_stored_n)), list(settings.metrics),
-                       dims_a, dims_b)
+    codes = group_codes(groups)
+    return Accumulator(_parts(settings, dims_a, dims_b, names, int(max_stored_n), codes), list(settings.metrics),
+                       dims_a, dims_b, p_values=bool(settings.p_values), groups=codes)
 
 
-def _stored_reason(name: str, settings: CompareSettings, needed: int, what: str) -> str:
+def _stored_reason(name: str, settings: CompareSettings, needed: int, what: str, draws: int) -> str:
     """Why ``name`` takes the stored path: its own nature, a permutation null, or the memory budget."""
     if strategy(name, settings.mode) == "stored":
-        return _STORED_REASONS[name]
-    if settings.permutations(name):
+        return _STORED_REASONS.get(name, "it needs all samples at once")
+    if draws:
         return "a permutation null needs stored activations"
     if settings.ci is not None:
         return "a bootstrap interval needs stored activations"
@@ -277,13 +293,18 @@ def _stored_reason(name: str, settings: CompareSettings, needed: int, what: str)
 
 
 _STORED_REASONS = {"mutual_knn": "k-NN needs all samples", "jaccard_knn": "k-NN needs all samples",
-                   "rsa": "RDMs need all samples", "rbf_cka": "RBF kernels need all samples"}
+                   "rsa": "RDMs need all samples", "rbf_cka": "RBF kernels need all samples",
+                   "cknna": "k-NN needs all samples", "cycle_knn": "k-NN needs all samples",
+                   "distance_correlation": "distance matrices need all samples",
+                   "information_imbalance": "distance ranks need all samples",
+                   "bures_similarity": "second-moment matrices need all samples"}
 
 
 def _parts(settings: CompareSettings, dims_a: list[int], dims_b: list[int], names: Names,
-           max_stored_n: int) -> list[Part]:
+           max_stored_n: int, groups: Tensor | None = None) -> list[Part]:
     """The strategies of an accumulator: each metric goes to the strategy the catalogue names for its mode
     (``simkit.catalog``), or to the stored one when its sums exceed the budget or a null is asked."""
+    draws = Draws(settings, len(dims_a) * len(dims_b), groups is not None)
     routed: dict[str, list[str]] = {name: [] for name in STRATEGIES}
     reasons: dict[str, str] = {}
     budget = settings.memory_budget_bytes
@@ -292,23 +313,25 @@ def _parts(settings: CompareSettings, dims_a: list[int], dims_b: list[int], name
     for name in settings.metrics:
         where = strategy(name, settings.mode)
         needed, what = sizes.get(where, (0, ""))
-        if where in sizes and (settings.permutations(name) or settings.ci is not None or needed > budget):
+        if where in sizes and (draws.of(name) or settings.ci is not None or needed > budget):
             where = "stored"
         if where == "stored":
-            reasons[name] = _stored_reason(name, settings, needed, what)
+            reasons[name] = _stored_reason(name, settings, needed, what, draws.of(name))
         routed[where].append(name)
     parts: list[Part] = []
     if routed["gram"]:
-        parts.append(MinibatchPart(routed["gram"], dims_a, dims_b, settings.permutations(routed["gram"][0]),
-                                   settings.seed,
-                                   settings.rbf_factor, names, settings.ci, settings.ci_resamples))
+        first = routed["gram"][0]
+        parts.append(MinibatchPart(routed["gram"], dims_a, dims_b, draws.of(first), settings.seed,
+                                   settings.rbf_factor, names, settings.ci, settings.ci_resamples,
+                                   moments=draws.moment_matched(first), groups=groups))
     if routed["features"]:
         parts.append(FeaturePart(routed["features"], dims_a, dims_b, names, settings, settings.mode))
     if routed["folds"]:
         parts.append(FoldPart(dims_a, dims_b, names, settings, settings.mode))
     if routed["stored"]:
         parts.append(StoredPart(routed["stored"], settings.mode, dims_a, dims_b,
-                                settings.stored_permutations(routed["stored"]), settings.seed,
+                                draws.stored(routed["stored"]), settings.seed,
                                 settings.rbf_factor, settings.knn_k, budget, max_stored_n, names, reasons,
-                                settings))
+                                settings, moments=bool(settings.p_values) and groups is None,
+                                own_null=draws.own(routed["stored"]), groups=groups))
     return parts

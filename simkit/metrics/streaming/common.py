@@ -134,9 +134,19 @@ def ci_summary(value: np.ndarray, replicates: np.ndarray, confidence: float,
     return {"ci_low": value - q * sd, "ci_high": value + q * sd}
 
 
-def draw_perms(count: int, n: int, generator: torch.Generator, device: torch.device | str) -> Tensor:
-    """``count`` random permutations of ``range(n)``: ``(count, n)`` int64."""
-    return torch.rand(count, n, generator=generator).argsort(1).to(device)
+def draw_perms(count: int, n: int, generator: torch.Generator, device: torch.device | str,
+               groups: Tensor | None = None) -> Tensor:
+    """``count`` random permutations of ``range(n)``: ``(count, n)`` int64. ``groups`` (``(n,)`` int64 group
+    codes ≥ 0): each permutation moves a sample only within its group (uniform over those permutations)."""
+    keys = torch.rand(count, n, generator=generator)
+    if groups is None:
+        return keys.argsort(1).to(device)
+    codes = groups.cpu()
+    shuffled = (codes[None, :].double() * 2 + keys.double()).argsort(1)   # each group's members, shuffled
+    members = codes.argsort(stable=True)                                   # each group's members, in order
+    perms = torch.empty_like(shuffled)
+    perms[:, members] = shuffled
+    return perms.to(device)
 
 
 class Names:

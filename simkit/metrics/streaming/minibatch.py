@@ -29,6 +29,8 @@ from simkit.metrics.cka import (
     u_center_gram,
 )
 from simkit.metrics.gram import batch_grams
+from simkit.metrics.inference import pearson3_p
+from simkit.metrics.permutation_moments import pair_cumulants
 from simkit.metrics.streaming.common import (
     Names,
     PhaseProgress,
@@ -41,6 +43,10 @@ from simkit.metrics.streaming.common import (
     perm_generator,
 )
 from simkit.metrics.streaming.state import State, Sums
+
+#: how the minibatch CKA p-values are found (``describe()["p_value"]``)
+MOMENT_P_VALUE = ("Pearson type III fit of the exact permutation mean, variance and skewness of the summed per-batch "
+                  "HSIC (Kazi-Aoual et al. 1995; each batch permuted on its own, so the cumulants add)")
 
 
 def checked_grams(acts: Sequence[Tensor], names: Names, side: str) -> tuple[Tensor, Tensor]:
@@ -76,13 +82,21 @@ class MinibatchPart:
     """Nguyen et al.'s minibatch CKA for any of linear_cka / unbiased_cka / rbf_cka, all pairs at once.
 
     Declared state: one ``sum`` (``self.s``): the sample and batch counts, the layers that varied, and per
-    metric the three HSIC streams (with the null's and the bootstrap replicates' when asked)."""
+    metric the three HSIC streams (with the null's and the bootstrap replicates' when asked, and with
+    ``moments`` the cross stream's permutation cumulants, summed over batches).
+
+    moments: p-values from a Pearson type III fit of the cross stream's exact permutation cumulants
+    (:mod:`simkit.metrics.permutation_moments`: per batch from its Grams' traces; independent batches add).
+    groups: ``(n,)`` int64 group codes of the samples in data order; the null's permutations of a batch
+    then move each sample only within its group."""
 
     def __init__(self, metrics: list[str], dims_a: list[int], dims_b: list[int], null: int, seed: int,
-                 rbf_factor: float, names: Names, ci: float | None = None, ci_resamples: int = 200):
+                 rbf_factor: float, names: Names, ci: float | None = None, ci_resamples: int = 200, *,
+                 moments: bool = False, groups: Tensor | None = None):
         self.metrics, self.dims_a, self.dims_b = metrics, dims_a, dims_b
         self.null, self.seed, self.rbf_factor, self.names = null, seed, rbf_factor, names
         self.ci, self.resamples = ci, ci_resamples if ci is not None else 0
+        self.moments, self.groups = moments, groups
         la, lb = len(dims_a), len(dims_b)
         self.s = Sums()
         self.states: list[State] = [self.s]
@@ -96,6 +110,8 @@ class MinibatchPart:
             self.s.add(f"{m}.self_b", lb)
             if null:
                 self.s.add(f"{m}.null", null, la, lb)
+            if moments:  # the permutation mean, variance and third cumulant of the cross stream
+                self.s.add(f"{m}.moments", 3, la, lb)
             if self.resamples:  # the bootstrap replicates' streams (module docstring of common.bootstrap_weights)
                 self.s.add(f"{m}.boot_cross", self.resamples, la, lb)
                 self.s.add(f"{m}.boot_self_a", self.resamples, la)
@@ -119,7 +135,8 @@ class MinibatchPart:
         s["varied_b"].add_(varied_b)
         perms = None
         if self.null:
-            perms = draw_perms(self.null, b, perm_generator(self.seed, batch_index), ga.device)
+            grouped = None if self.groups is None else self.groups[offset:offset + b]
+            perms = draw_perms(self.null, b, perm_generator(self.seed, batch_index), ga.device, grouped)
         centred = {"a": center_gram(ga), "b": center_gram(gb)}
         weights = bootstrap_weights(self.resamples, self.seed, batch_index, ga.device) if self.resamples else None
         for m in self.metrics:
@@ -153,6 +170,8 @@ class MinibatchPart:
             s[f"{m}.boot_self_b"].add_(weights[:, None] * self_b)
         s[f"{m}.self_a"].add_(self_a)
         s[f"{m}.self_b"].add_(self_b)
+        if self.moments:
+            s[f"{m}.moments"].add_(pair_cumulants(fa, fb))
         if perms is not None:  # B's Grams permuted, a few draws at a time (≤ 2**25 entries held)
             step = max(1, 2**25 // (lb * b * b))
             for first in range(0, perms.shape[0], step):
@@ -189,12 +208,26 @@ class MinibatchPart:
             if self.null:
                 null = mask_constant(cka_ratio(s[f"{m}.null"], self_a, self_b, warn=False), const_a, const_b)
                 out[m].update(null_summary(null))
+            if self.moments:
+                out[m].update(self._p_values(m, const_a, const_b))
             if self.resamples and self.ci is not None:
                 boot = cka_ratio(s[f"{m}.boot_cross"], s[f"{m}.boot_self_a"][:, :, None],
                                  s[f"{m}.boot_self_b"][:, None, :], warn=False)
                 replicates = mask_constant(boot, const_a, const_b).cpu().numpy()
                 out[m].update(ci_summary(value.cpu().numpy(), replicates, self.ci, int(used)))
         return out
+
+    def _p_values(self, m: str, const_a: Tensor, const_b: Tensor) -> dict[str, Any]:
+        """``p_value`` (the Pearson type III fit of the cross stream's summed permutation cumulants; the
+        ratio's denominators do not change under B's permutations) and ``chance`` (the exact permutation
+        mean of the value) of metric ``m``."""
+        s = self.s
+        k1, k2, k3 = s[f"{m}.moments"]
+        norm = torch.sqrt(s[f"{m}.self_a"][:, None] * s[f"{m}.self_b"][None, :])
+        chance = mask_constant(k1 / torch.where(norm > 0, norm, torch.ones_like(norm)), const_a, const_b)
+        p = pearson3_p(*(t.cpu().numpy() for t in (s[f"{m}.cross"], k1, k2, k3)))
+        p[chance.isnan().cpu().numpy()] = float("nan")
+        return {"p_value": p, "chance": chance.cpu().numpy()}
 
     def describe(self) -> dict[str, dict[str, Any]]:
         counts = self.s["counts"].tolist()
@@ -213,4 +246,6 @@ class MinibatchPart:
                                 f"a Poisson bootstrap over batches, {self.resamples} replicates")
             if m == "rbf_cka":
                 out[m]["bandwidth"] = f"{self.rbf_factor} x per-batch median pairwise distance"
+            if self.moments:
+                out[m]["p_value"] = MOMENT_P_VALUE
         return out

@@ -3,7 +3,10 @@ memory budget or with a permutation null), ``"stored-knn"`` (mutual and Jaccard 
 neighbour search per layer for both), ``"stored-cov"`` (shape measures with a null or beyond the budget:
 each layer's spectrum from its samples, :mod:`simkit.metrics.streaming.shapes`), ``"stored-folds"``
 (``ridge_r2`` with a null or beyond the budget, :mod:`simkit.metrics.predictivity`) and ``"stored-rdm"``
-(``rsa``: one RDM upper triangle per layer, :mod:`simkit.metrics.rsa`, up to the ``n`` its memory allows).
+(``rsa``: one RDM upper triangle per layer, :mod:`simkit.metrics.rsa`, up to the ``n`` its memory allows),
+``"stored-pairwise"`` (``cknna``, ``cycle_knn``, ``distance_correlation``, ``information_imbalance``,
+``bures_similarity``: each layer prepared once, then every pair, :mod:`.pairwise`) and ``"stored-plugin"``
+(a registered measure's function per pair).
 Each measure reaches its family through its catalogue row (``stored_family``, the key of :data:`FAMILIES`).
 
 Gram rows are produced in blocks with :mod:`simkit.metrics.cka`'s pieces (the one distance formula,
@@ -58,6 +61,8 @@ from simkit.metrics.streaming.common import (
     perm_generator,
 )
 from simkit.metrics.streaming.folds import ridge_describe
+from simkit.metrics.streaming.gram_moments import STORED_P_VALUE, GramTraces
+from simkit.metrics.streaming.pairwise import compute_pairwise, compute_plugin, pairwise_notes, plugin_notes
 from simkit.metrics.streaming.shapes import shape_notes, shape_settings, shape_values
 from simkit.metrics.streaming.state import Rows, State
 
@@ -145,8 +150,13 @@ class StoredPart:
 
     def __init__(self, metrics: list[str], mode: str, dims_a: list[int], dims_b: list[int], null: int,
                  seed: int, rbf_factor: float, knn_k: int, memory_budget_bytes: int, max_stored_n: int,
-                 names: Names, reasons: dict[str, str], settings: MeasureSettings | None = None):
+                 names: Names, reasons: dict[str, str], settings: MeasureSettings | None = None, *,
+                 moments: bool = False, own_null: dict[str, int] | None = None, groups: Tensor | None = None):
         self.metrics, self.mode, self.dims_a, self.dims_b = metrics, mode, dims_a, dims_b
+        # p-values of the CKA family from their permutation moments (gram_moments); the permutations each
+        # measure draws when fewer than ``null`` (the CKA family's null then serves its best pair only);
+        # the samples' group codes (permutations within groups)
+        self.moments, self.own_null, self.groups = moments, own_null or {}, groups
         self.settings = settings or MeasureSettings()
         self.null, self.seed, self.rbf_factor, self.knn_k = null, seed, rbf_factor, knn_k
         self.budget, self.max_n, self.names, self.reasons = memory_budget_bytes, max_stored_n, names, reasons
@@ -176,7 +186,7 @@ class StoredPart:
         drawn with replacement from the declared rows (the same rows of A and B, from a generator seeded by
         ``seed``), every metric recomputed on them (no null, warnings of the replicates silenced).
         ``{metric: {"ci_low", "ci_high"}}`` (La, Lb). Duplicated samples shrink distances, so the k-NN and
-        RSA intervals are rough; see README "Intervals"."""
+        RSA intervals are rough; see docs/chance-levels.md."""
         import warnings
 
         xa, xb = self._layers()
@@ -227,7 +237,8 @@ class StoredPart:
         const_b = torch.tensor([is_constant(x) for x in xb], device=xa[0].device)
         perms = None
         if self.null:
-            perms = draw_perms(self.null, n, perm_generator(self.seed, -1), xa[0].device)
+            grouped = None if self.groups is None else self.groups[:n]
+            perms = draw_perms(self.null, n, perm_generator(self.seed, -1), xa[0].device, grouped)
         samples = Samples(xa, xb, perms, const_a, const_b)
         results: dict[str, dict[str, Any]] = {}
         for family in SHARED_FAMILIES:
@@ -251,7 +262,8 @@ class StoredPart:
         """Family ``gram``: the CKA of one measure from centred (U-centred, RBF) Gram rows made in blocks."""
         (m,) = measures
         xa, xb, perms, const_a, const_b = samples
-        n, kind = self.n, GRAM_KINDS[m]
+        n, kind, count = self.n, GRAM_KINDS[m], self.own_null.get(m, self.null)
+        perms = perms[:count] if perms is not None else None
         least = 4 if kind == "unbiased" else 2
         if n < least:
             raise SimkitError(f"{m} needs at least {least} samples, got {n}; use more samples (`n`)")
@@ -263,11 +275,12 @@ class StoredPart:
                               "use `mode`=minibatch or a smaller `n`")
         ga = [GramRows(x, kind, self.rbf_factor, chunk, bool(c)) for x, c in zip(xa, const_a, strict=True)]
         gb = [GramRows(x, kind, self.rbf_factor, chunk, bool(c)) for x, c in zip(xb, const_b, strict=True)]
+        traces = GramTraces(ga, gb) if self.moments else None
         dev = xa[0].device
         cross = torch.zeros(la, lb, dtype=torch.float64, device=dev)
         self_a = torch.zeros(la, dtype=torch.float64, device=dev)
         self_b = torch.zeros(lb, dtype=torch.float64, device=dev)
-        null = torch.zeros(self.null, la, lb, dtype=torch.float64, device=dev)
+        null = torch.zeros(count, la, lb, dtype=torch.float64, device=dev)
         for start in range(0, n, chunk):
             idx = torch.arange(start, min(n, start + chunk), device=dev)
             rows_a = torch.stack([g.rows(idx) for g in ga]).reshape(la, -1)
@@ -275,18 +288,22 @@ class StoredPart:
             cross.addmm_(rows_a, rows_b.T)
             self_a.add_((rows_a * rows_a).sum(1))
             self_b.add_((rows_b * rows_b).sum(1))
+            if traces is not None:
+                traces.add(rows_a, rows_b, idx)
             draws: Tensor | list[Tensor] = perms if perms is not None else []
             for k, pk in enumerate(draws):  # B's Gram with samples permuted: L[π, π], rows idx
                 rows_bk = torch.stack([g.rows(pk[idx])[:, pk] for g in gb]).reshape(lb, -1)
                 null[k].addmm_(rows_a, rows_bk.T)
-            if self.null:
-                self.report(f"{m} null ({self.null} permutations, Gram rows)", len(idx), n)
+            if count:
+                self.report(f"{m} null ({count} permutations, Gram rows)", len(idx), n)
         ratio_a, ratio_b = self_a[:, None], self_b[None, :]
         result: dict[str, Any] = {
             "value": mask_constant(cka_ratio(cross, ratio_a, ratio_b, warn=False), const_a, const_b)}
-        if self.null:
+        if count:
             result.update(null_summary(mask_constant(cka_ratio(null, ratio_a, ratio_b, warn=False),
                                                      const_a, const_b)))
+        if traces is not None:
+            result.update(traces.p_values(cross, self_a, self_b, const_a, const_b))
         return {m: result}
 
     def _knn(self, measures: list[str], samples: Samples) -> dict[str, dict[str, Any]]:
@@ -475,8 +492,8 @@ class StoredPart:
         stored = self.rows.nbytes()
         for m in self.metrics:
             family = MEASURES[m].stored_family
-            out[m] = {"mode": self.mode, "path": f"stored-{family}", "n": self.n, "null": self.null,
-                      "stored_bytes": stored, "reason": self.reasons.get(m, "")}
+            out[m] = {"mode": self.mode, "path": f"stored-{family}", "n": self.n,
+                      "null": self.own_null.get(m, self.null), "stored_bytes": stored, "reason": self.reasons.get(m, "")}
             out[m].update(FAMILIES[family].notes(self, m))
             if self.settings.ci is not None:
                 out[m]["ci"] = (f"{self.settings.ci:.0%} interval: value ± z × the standard deviation of a "
@@ -486,6 +503,8 @@ class StoredPart:
     def _gram_notes(self, m: str) -> dict[str, Any]:
         notes = {"hsic": "unbiased HSIC_1" if GRAM_KINDS[m] == "unbiased" else "biased HSIC",
                  "kernel": "rbf" if GRAM_KINDS[m] == "rbf" else "linear"}
+        if self.moments:
+            notes["p_value"] = STORED_P_VALUE
         if GRAM_KINDS[m] == "rbf":
             notes["bandwidth"] = f"{self.rbf_factor} x median pairwise distance over all samples"
         return notes
@@ -528,6 +547,8 @@ FAMILIES: dict[str, Family] = {
     "cov": Family(StoredPart._shapes, StoredPart._shape_notes),
     "folds": Family(StoredPart._ridge, StoredPart._ridge_notes),
     "rdm": Family(StoredPart._rsa, StoredPart._rsa_notes),
+    "pairwise": Family(compute_pairwise, pairwise_notes),
+    "plugin": Family(compute_plugin, plugin_notes),
 }
 #: the families that serve all their measures from one shared step (one neighbour search, each layer's
 #: spectrum once): computed once for all of them, first; the others measure by measure

@@ -31,7 +31,7 @@ negative, NaN, Inf, text, None, out of range). Not fuzzed: arguments of other Py
 (``verdict(None)``), ``dtype``/``backend``/``progress`` keywords, device placement beyond ``meta``.
 
 Budget: the settings profile ``simkit-fuzz`` (the default) draws ``max_examples`` = 300 per test of the
-metrics and stats, 120 per engine test (they run models and write files): about 15 s on one thread. The
+metrics and stats, 120 per engine test (they run models and write files): about 15 s of CPU. The
 profile ``simkit-fuzz-deep`` draws ten times as many (about 80 s); run it by hand with
 ``SIMKIT_FUZZ_PROFILE=deep pytest tests/reliability/test_library_fuzz.py``. ``SIMKIT_FUZZ_REPORT=1`` (with
 ``-s``) prints the tally of the cases, the outcomes and the kinds drawn (:data:`TALLY`);
@@ -39,16 +39,17 @@ profile ``simkit-fuzz-deep`` draws ten times as many (about 80 s); run it by han
 
 Figures, measured (one run each; hypothesis draws anew every run):
 
-* default profile: 1,963 cases, 2,138 library calls: 1,158 SimkitErrors of one line naming the argument, 801
-  values in range, 179 documented NaN with a warning, 0 raw exceptions. Cases per test: 318 catalogue measures
-  on every kind, 300 on well-formed data, 314 other metric functions (14 recipes), 331 stats, 120 each for
-  compare, capture → compare_caches → study, compare_arrays, study of arrays and activation files. Arrays
-  drawn (of all tests, a few kinds each): 1,943 tensors, 233 nested lists, 222 NumPy arrays, 197 on the meta
-  device; 160 with 0 rows, 141 with 1, 722 with 2–3, 1,801 with 4 or more; 319 with 0 features; 999 float32,
-  834 float64, 93 float16, 127 bfloat16, 98 int64, 90 int8, 137 uint8, 56 bool, 90 complex64; 111 with a
-  NaN, 62 with ±Inf, 140 near float32's largest, 147 tiny, 333 constant, 531 with duplicated rows; 297
-  transposed, 286 strided, 298 expanded; data: 87 iterables (13 with no batch, 16 with a batch of another
-  width or rank), 41 map-style datasets whose length lies, 9 dicts.
+* default profile: 1,857 cases, 2,099 library calls: 1,130 SimkitErrors of one line naming the argument, 760
+  values in range, 209 documented NaN with a warning, 0 raw exceptions; 15 s of CPU (27 s wall on a loaded
+  2-core machine). Cases per test: 322 catalogue measures on every kind, 300 on well-formed data, 310 other
+  metric functions (14 recipes), 325 stats, 120 each for compare, capture → compare_caches → study,
+  compare_arrays, study of arrays and activation files. Arrays drawn (of all tests, a few kinds each): 2,108
+  tensors, 207 nested lists, 217 NumPy arrays, 122 on the meta device; 151 with 0 rows, 166 with 1, 710 with
+  2–3, 1,881 with 4 or more; 364 with 0 features; 1,028 float32, 838 float64, 104 float16, 85 bfloat16, 114
+  int64, 133 int8, 110 uint8, 92 bool, 104 complex64; 79 with a NaN, 59 with ±Inf, 137 near float32's
+  largest, 120 tiny, 400 constant, 605 with duplicated rows; 254 transposed, 316 strided, 283 expanded; data:
+  77 iterables (13 with no batch, 21 with a batch of another width or rank), 39 map-style datasets whose
+  length lies, 15 dicts.
 * deep profile: 19,939 cases, 20,635 calls (11,528 SimkitErrors, 7,401 values, 1,706 NaN with a warning),
   0 raw exceptions, 81 s.
 """

@@ -138,9 +138,10 @@ _BUILT_IN: tuple[Measure, ...] = (
                  "cross-validated ridge regression, so the matrix is not symmetric; swap the models for the "
                  "other direction. 1 is a perfect prediction, 0 no better than the mean, negative worse.",
             stored_family="folds", invariances=_SHAPE),
-    Measure("cknna", "≈ [0, 1] (may be < 0)", 0.0, 1.0, True, False, _STORED, settings=("knn_k",),
+    Measure("cknna", "≈ [0, 1] (may be < 0 or > 1)", 0.0, None, True, False, _STORED, settings=("knn_k",),
             note="cknna is CKA (unbiased HSIC) restricted to the pairs of samples that are k nearest neighbours "
-                 "in both layers (Huh et al. 2024).", stored_family="pairwise", invariances=_SCALE_AND_UNITS),
+                 "in both layers (Huh et al. 2024); its self terms keep each layer's own neighbour pairs, so, as "
+                 "in platonic-rep, it is not bounded by 1.", stored_family="pairwise", invariances=_SCALE_AND_UNITS),
     Measure("cycle_knn", "[0, 1]", 0.0, 1.0, True, True, _STORED, settings=("knn_k",),
             note="cycle_knn is directional: the fraction of samples found again among the row layer's k "
                  "neighbours of their k neighbours in the column layer (Huh et al. 2024); swap the models for "

@@ -289,7 +289,7 @@ def _linear_hsic_unbiased_self(x: Tensor) -> Tensor:
     return hsic1_from_terms(len(x), *_u_terms(xc, xc, "auto", same=True))
 
 
-def cka_ratio(hxy: Tensor, hxx: Tensor, hyy: Tensor, warn: bool = True) -> Tensor:
+def cka_ratio(hxy: Tensor, hxx: Tensor, hyy: Tensor, warn: bool = True, bounded: bool = True) -> Tensor:
     """``hxy / sqrt(hxx · hyy)`` (shapes broadcast, e.g. ``(La, 1)`` × ``(1, Lb)`` for all layer pairs).
 
     Where the denominator is not positive (a side without variance under this kernel) the value is NaN,
@@ -299,14 +299,15 @@ def cka_ratio(hxy: Tensor, hxx: Tensor, hyy: Tensor, warn: bool = True) -> Tenso
     over batches), so beyond it the denominator is rounding noise (the unbiased HSIC of a degenerate
     sample, e.g. 3 equal rows of 4).
     The one CKA ratio of simkit. Where ``hxx · hyy`` under- or overflows (tiny or huge activations) it is
-    ``hxy / (√hxx · √hyy)``, the same ratio without the product.
+    ``hxy / (√hxx · √hyy)``, the same ratio without the product. ``bounded=False`` drops the |ratio| ≤ 1 rule
+    for a ratio that Cauchy–Schwarz does not bound (``cknna``: its self terms keep each side's own neighbours).
     """
     den = hxx * hyy
     off_scale = (hxx > 0) & (hyy > 0) & ~(torch.isfinite(den) & (den >= torch.finfo(den.dtype).tiny))
     out = torch.where(off_scale, hxy / (hxx.clamp_min(0).sqrt() * hyy.clamp_min(0).sqrt()),
                       hxy / den.clamp_min(0).sqrt())
     slack = max(RATIO_SLACK, 1e4 * float(torch.finfo(out.dtype).eps))  # float32 sums of 1e4 terms round further
-    ok = ((den > 0) | off_scale) & (out.abs() <= 1 + slack)
+    ok = ((den > 0) | off_scale) & ((out.abs() <= 1 + slack) | (not bounded))
     if warn and not bool(ok.all()):
         warn_undefined("an activation has zero variance under this kernel (up to rounding)", stacklevel=4)
     return torch.where(ok, out, torch.full_like(out, float("nan")))

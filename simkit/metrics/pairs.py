@@ -119,7 +119,7 @@ class Cknna:
         return permuted_neighbours(prep[0], perm), prep[1]
 
     def pair(self, prep_a: tuple[Neighbours, Tensor], prep_b: tuple[Neighbours, Tensor]) -> Tensor:
-        return cka_ratio(knn_hsic(prep_a[0], prep_b[0]), prep_a[1], prep_b[1], warn=False)
+        return cka_ratio(knn_hsic(prep_a[0], prep_b[0]), prep_a[1], prep_b[1], warn=False, bounded=False)
 
     def layer_bytes(self, n: int, width: int) -> int:
         return 16 * n * self.k

@@ -105,7 +105,8 @@ def test_settings_are_recorded_only_for_the_measures_they_change():
 def test_report_colour_ranges_come_from_the_catalogue(name):
     lo, hi = colour_bounds(name)
     got = colour_range(name, np.array([0.2, 0.3]))
-    if MEASURES[name].lo is None or MEASURES[name].lo < 0:
+    measure = MEASURES[name]
+    if measure.lo is None or measure.hi is None or measure.lo < 0:  # unbounded or signed: the data's range
         assert (lo, hi) == (None, None) and got == (None, None)
     else:
         assert got == (MEASURES[name].lo, MEASURES[name].hi)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import types
 
@@ -313,3 +314,16 @@ def test_corrupt_safetensors_is_a_clear_error(tmp_path):
         load_model(f"file:{bad},arch=simkit:cnn1d")
     with pytest.raises(SimkitError, match=r"as safetensors"):
         load_model("simkit:cnn1d", weights=str(bad))
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("simkit:llama:max_len=cls", "option max_len must be an integer (default 64), got 'cls'"),
+    ("simkit:cnn1d:layers=2.5", "option layers must be an integer"),
+    ("simkit:cnn1d:batchnorm=3", "option batchnorm must be true or false"),
+])
+def test_a_zoo_option_of_the_wrong_kind_is_one_line(spec, message):
+    """Found by the CLI fuzz: a text where the factory takes a number reached torch as a raw TypeError."""
+    from simkit.models import load_model
+
+    with pytest.raises(SimkitError, match=re.escape(message)):
+        load_model(spec)

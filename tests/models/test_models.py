@@ -317,8 +317,8 @@ def test_corrupt_safetensors_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.parametrize(("spec", "message"), [
-    ("simkit:llama:max_len=cls", "option max_len must be an integer (default 64), got 'cls'"),
-    ("simkit:cnn1d:layers=2.5", "option layers must be an integer"),
+    ("simkit:llama:max_len=cls", "option max_len must be a number (default 64), got 'cls'"),
+    ("simkit:cnn1d:layers=many", "option layers must be a number"),
     ("simkit:cnn1d:batchnorm=3", "option batchnorm must be true or false"),
 ])
 def test_a_zoo_option_of_the_wrong_kind_is_one_line(spec, message):

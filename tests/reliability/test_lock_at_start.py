@@ -88,3 +88,29 @@ def test_the_lock_is_released_when_the_first_run_ends(tmp_path):
     result = invoke("compare", MLP, MLP, "--data", "mnist1d", "--n", "32", "--no-report", "--out", out)
     assert result.exit_code == 0 and time.time() - started < 120
     assert not (out / LOCK_FILE).exists()
+
+
+TORCHRUN = Path(sys.executable).parent / "torchrun"
+
+
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun not installed")
+def test_a_busy_out_is_refused_at_once_under_torchrun(tmp_path):
+    """Two ranks into a directory a run still loading holds: rank 0 takes the lock, is refused in one line
+    naming the holder, and the job ends (no rank waits for a peer that will never come)."""
+    out = tmp_path / "busy"
+    first = start_slow_run(tmp_path, out)
+    try:
+        cmd = [str(TORCHRUN), "--standalone", "--nproc_per_node=2", "--no-python",
+               str(Path(sys.executable).parent / "simkit"), "compare", MLP, MLP, "--data", "mnist1d",
+               "--num-samples", "32", "--no-report", "--out", str(out)]
+        started = time.time()
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=240,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert done.returncode != 0 and time.time() - started < 120, done.stderr[-2000:]
+        refusals = [line for line in (done.stdout + done.stderr).splitlines()
+                    if f"process {first.pid} (`simkit compare`)" in line and "in use" in line]
+        assert refusals, done.stdout[-2000:] + done.stderr[-2000:]
+        assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]  # the refused job wrote nothing
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=60)

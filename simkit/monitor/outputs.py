@@ -67,10 +67,18 @@ class StepsTable:
         self.parts: list[pd.DataFrame] = []
 
     def add(self, rows: pd.DataFrame) -> None:
-        """Keep ``rows`` and rewrite ``steps.csv`` (atomically) with every row so far."""
+        """Keep ``rows`` and add them to ``steps.csv`` (the first rows write it atomically with its header,
+        later ones are appended in one write, so a step costs its own rows, not the whole run's; the
+        run's end rewrites it whole, ordered by step)."""
         self.parts.append(rows)
-        if self.folder is not None:
-            write_csv(self.folder / "steps.csv", self.frame())
+        if self.folder is None:
+            return
+        path = self.folder / "steps.csv"
+        if len(self.parts) == 1 or not path.exists():
+            write_csv(path, self.frame())
+        else:
+            with path.open("a", encoding="utf-8", newline="") as handle:
+                handle.write(rows.to_csv(index=False, header=False))
 
     def frame(self) -> pd.DataFrame:
         """Every row so far, ordered by step (one empty frame before the first measurement)."""

@@ -99,7 +99,7 @@ HTML_VIEWS.update(dict.fromkeys(REPORT_KINDS, notebook_html))
 
 def report_figures(result: RunResult) -> dict[str, Callable[[], Any]]:
     """The figures of ``result``'s report, ``{file name: draw}`` (``result.savefig``, ``simkit report --figures``)."""
-    return collect_figures(lambda: render_html(result))[1]
+    return collect_figures(lambda: render_html(result), encode=False)[1]
 
 
 FIGURE_VIEWS.update(dict.fromkeys(REPORT_KINDS, report_figures))

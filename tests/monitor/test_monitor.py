@@ -92,6 +92,23 @@ def test_steps_parquet_equals_steps_csv_when_pyarrow_is_installed(tmp_path):
                                   check_dtype=False)
 
 
+def test_steps_csv_holds_every_step_so_far_while_training(tmp_path):
+    """steps.csv grows by each step's rows during the run (appended, not rewritten) and reads back as the
+    monitor's own table at every step."""
+    model, data = tiny()
+    monitor = Monitor(model, data, every=2, n=64, run_dir=tmp_path, report=False, figures=())
+    seen = []
+
+    def on_step(step):
+        if monitor.step(step) is not None:
+            seen.append(pd.read_csv(tmp_path / "steps.csv"))
+
+    train(model, data, 6, on_step)
+    assert [sorted(set(frame["step"])) for frame in seen] == [[0], [0, 2], [0, 2, 4], [0, 2, 4, 6]]
+    pd.testing.assert_frame_equal(seen[-1], monitor.table.frame(), check_dtype=False)
+    monitor.close()
+
+
 def test_wandb_offline_run_holds_each_value_and_its_chance(tmp_path, monkeypatch):
     wandb = pytest.importorskip("wandb")
     pytest.importorskip("wandb.proto.wandb_internal_pb2")

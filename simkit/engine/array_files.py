@@ -18,6 +18,7 @@ Object arrays are never unpickled: NumPy files are read with ``allow_pickle=Fals
 
 from __future__ import annotations
 
+import os
 import re
 import zipfile
 from collections.abc import Callable, Mapping
@@ -157,8 +158,30 @@ def object_array(name: str, path: Path) -> SimkitError:
                        "simkit never unpickles; save one numeric array of shape (samples, features...) per layer")
 
 
+def _npy_layer(path: Path, closers: list[Callable[[], None]]) -> LayerArray:
+    """An ``.npy`` layer read row range by row range with ``os.pread`` (:class:`Chunked`), so a file larger
+    than memory costs one batch of rows, not its pages held by a memory map (which count in the process's
+    resident memory); a Fortran-ordered array, whose rows are not contiguous, is memory-mapped."""
+    array = _load_npy(path)  # the header's checks: object arrays refused, a short file is damaged
+    if not array.flags.c_contiguous or array.ndim == 0 or array.size == 0:
+        return InMemory(array)
+    offset, dtype, shape = array.offset, array.dtype, tuple(array.shape)
+    row_bytes = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
+    del array
+    fd = os.open(path, os.O_RDONLY)
+    closers.append(lambda: os.close(fd))
+
+    def read(start: int, stop: int) -> np.ndarray:
+        data = os.pread(fd, (stop - start) * row_bytes, offset + start * row_bytes)
+        return np.frombuffer(bytearray(data), dtype=dtype).reshape((stop - start, *shape[1:]))
+
+    return Chunked(shape, dtype, read)
+
+
 def _npy(path: Path) -> FileContents:
-    return FileContents({path.stem: InMemory(_load_npy(path))}, format="npy")
+    contents = FileContents({}, format="npy")
+    contents.layers[path.stem] = _npy_layer(path, contents.closers)
+    return contents
 
 
 def natural_key(name: str) -> list[Any]:
@@ -169,7 +192,8 @@ def natural_key(name: str) -> list[Any]:
 def _npy_directory(path: Path) -> FileContents:
     files = sorted((p for p in path.iterdir() if p.suffix.lower() == ".npy" and p.is_file()),
                    key=lambda p: natural_key(p.stem))
-    layers: dict[str, LayerArray] = {p.stem: InMemory(_load_npy(p)) for p in files if p.stem not in RESERVED}
+    closers: list[Callable[[], None]] = []
+    layers: dict[str, LayerArray] = {p.stem: _npy_layer(p, closers) for p in files if p.stem not in RESERVED}
     if not layers:
         raise SimkitError(f"directory {str(path)!r} holds no .npy arrays (and is no simkit cache); give a "
                           "directory with one .npy file per layer, or an activation file")
@@ -177,7 +201,7 @@ def _npy_directory(path: Path) -> FileContents:
     listed = [path / name for name in ID_LISTS if (path / name).is_file()]
     if IDS not in extra and listed:
         extra[IDS] = read_id_lines(listed[0])
-    return FileContents(layers, extra, format="npy directory")
+    return FileContents(layers, extra, format="npy directory", closers=closers)
 
 
 def read_id_lines(path: Path) -> list[str]:

@@ -39,8 +39,14 @@ def test_every_format_reads_the_same_layers(tmp_path):
         handle.create_dataset("blocks/2", data=X)
         handle.create_dataset("y", data=Y)
     with load_activations(tmp_path / "one.npy") as source:
-        assert list(source.layers) == ["one"] and isinstance(source.layers["one"], InMemory)
-        assert isinstance(source.layers["one"].array, np.memmap)  # memory-mapped, not read
+        assert list(source.layers) == ["one"] and isinstance(source.layers["one"], Chunked)  # read by row ranges
+        np.testing.assert_array_equal(source.layers["one"].rows(slice(3, 9)).numpy(), Y[3:9])
+        np.testing.assert_array_equal(source.layers["one"].rows(np.array([30, 2, 3, 4, 0])).numpy(), Y[[30, 2, 3, 4, 0]])
+        np.testing.assert_array_equal(source.layers["one"].rows(slice(38, 45)).numpy(), Y[38:])
+    np.save(tmp_path / "fortran.npy", np.asfortranarray(Y))
+    with load_activations(tmp_path / "fortran.npy") as source:  # rows not contiguous: memory-mapped
+        assert isinstance(source.layers["fortran"], InMemory) and isinstance(source.layers["fortran"].array, np.memmap)
+        np.testing.assert_array_equal(source.layers["fortran"].rows(slice(3, 9)).numpy(), Y[3:9])
     with load_activations(tmp_path / "dir") as source:
         assert list(source.layers) == ["layer2", "layer10"]  # natural order, as layers are numbered
     for name in ("a.npz", "a.safetensors", "a.pt", "a.h5"):

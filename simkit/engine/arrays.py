@@ -48,6 +48,7 @@ from simkit.engine.assemble import Run, compare_result, selector
 from simkit.engine.batches import steps
 from simkit.engine.caches import CacheWriter, check_capture
 from simkit.engine.measure import measure
+from simkit.engine.samples import SampleRows
 from simkit.engine.sources import FORMAT, check_same_samples, is_cache, read_manifest, select_names
 from simkit.errors import SimkitError
 from simkit.forward import resolve_device
@@ -425,10 +426,19 @@ def resolved_reduction(how: str, ndim: int) -> str:
 
 class Side:
     """One source's chosen layers, read batch by batch in comparison order, checked and reduced to
-    ``(b, features)`` tensors."""
+    ``(b, features)`` tensors (``raw``: kept as they are, ``(b, ...)``, for tokens or positions as samples)."""
 
-    def __init__(self, source: ActivationSource, layers: list[str], index: np.ndarray | None, reduce: str):
-        self.source, self.layers, self.index, self.reduce = source, layers, index, reduce
+    def __init__(self, source: ActivationSource, layers: list[str], index: np.ndarray | None, reduce: str,
+                 raw: bool = False):
+        self.source, self.layers, self.index, self.reduce, self.raw = source, layers, index, reduce, raw
+
+    def mask(self, start: int, stop: int | None) -> torch.Tensor | None:
+        """The token mask of rows ``start`` … ``stop`` − 1 of the comparison (None without one)."""
+        if self.source.mask is None:
+            return None
+        stop = len(self.index) if stop is None and self.index is not None else stop
+        rows: Rows = slice(start, stop) if self.index is None else self.index[start:stop]
+        return torch.as_tensor(self.source.mask.rows(rows))
 
     def batch(self, start: int, stop: int, device: torch.device) -> list[torch.Tensor]:
         """Rows ``start`` … ``stop`` − 1 of the comparison (float32, float64 kept), one tensor per layer."""
@@ -439,7 +449,8 @@ class Side:
             values = self.read(name, rows)
             values = values if values.dtype == torch.float64 else values.to(torch.float32)
             self.check_finite(name, values, rows, start)
-            out.append(reduce_activation(values, self.reduce, layout="tokens", mask=mask).to(device))
+            kept = values if self.raw else reduce_activation(values, self.reduce, layout="tokens", mask=mask)
+            out.append(kept.to(device))
         return out
 
     def read(self, name: str, rows: Rows) -> torch.Tensor:
@@ -486,6 +497,33 @@ def stream_sides(sides: Sequence[Side], rows: int, settings: CompareSettings, de
                 bar.advance(task, world)
 
 
+def sample_rows(settings: CompareSettings, sides: Sequence[Side], matched: int) -> SampleRows | None:
+    """Tokens or positions as samples (``settings.samples``; None for sequences): the rows of the ``matched``
+    aligned samples (capped by ``n``), each sequence's tokens counted by A's mask when it has one."""
+    if settings.samples == "sequences":
+        return None
+    sequences = matched if settings.n is None else min(matched, settings.n)
+    mask = sides[0].mask(0, sequences) if settings.samples == "tokens" else None
+    counts = None if mask is None else mask.bool().sum(1).numpy()
+    first = sides[0].source.layers[sides[0].layers[0]].shape
+    if mask is not None and tuple(mask.shape[1:]) != tuple(first[1:2]):
+        counts = None   # a mask of another length is ignored, as the mean over tokens ignores it
+    return SampleRows(settings.samples, sequences, settings.batch_size, counts)
+
+
+def as_rows(layout: SampleRows | None, stream: Iterator[tuple[int, list[list[torch.Tensor]]]],
+            sides: Sequence[Side]) -> Iterator[tuple[int, list[torch.Tensor], list[torch.Tensor]]]:
+    """The engine's ``(index, acts_a, acts_b)`` batches of two sides: as read, or as tokens or positions."""
+    for index, (acts_a, acts_b) in stream:
+        if layout is None:
+            yield index, acts_a, acts_b
+            continue
+        start = index * layout.batch_size
+        stop = start + int(acts_a[0].shape[0])
+        masks = (sides[0].mask(start, stop), sides[1].mask(start, stop))
+        yield (index, *layout.rows(index, acts_a, acts_b, masks, (sides[0].layers, sides[1].layers)))
+
+
 def check_reduce(reduce: str) -> str:
     """``reduce`` as one of :data:`~simkit.settings.compare.REDUCTIONS`."""
     if reduce not in REDUCTIONS:
@@ -524,12 +562,14 @@ def compare_arrays(acts_a: Any, acts_b: Any, settings: CompareSettings | None = 
         sources = [stack.enter_context(as_source(acts, argument, label=f"arrays {side}", ids=ids, trust=trust))
                    for acts, argument, side, ids in ((acts_a, "acts_a", "A", ids_a), (acts_b, "acts_b", "B", ids_b))]
         alignment = align(sources, chosen.overlap())
-        sides = [Side(source, select_names(list(source.layers), selected, "layer", source.label), index, reduce)
+        sides = [Side(source, select_names(list(source.layers), selected, "layer", source.label), index, reduce,
+                      raw=chosen.samples != "sequences")
                  for source, selected, index in zip(sources, (layers_a, layers_b), alignment.index, strict=True)]
         labels = names or (sources[0].label, sources[1].label)
         started = time.perf_counter()
+        layout = sample_rows(chosen, sides, alignment.matched)
         stream = stream_sides(sides, alignment.matched, chosen, target, progress, "compare arrays")
-        measured = measure(((index, acts[0], acts[1]) for index, acts in stream), chosen, target,
+        measured = measure(as_rows(layout, stream, sides), chosen, target, layout=layout,
                            names_a=[f"{name!r} ({labels[0]})" for name in sides[0].layers],
                            names_b=[f"{name!r} ({labels[1]})" for name in sides[1].layers], progress=progress,
                            expected_rows=alignment.matched if chosen.n is None else min(alignment.matched, chosen.n))
@@ -538,11 +578,18 @@ def compare_arrays(acts_a: Any, acts_b: Any, settings: CompareSettings | None = 
         result = compare_result(
             run, measured, model_a=labels[0], model_b=labels[1], data=data_name or "activations",
             layers_a=sides[0].layers, layers_b=sides[1].layers,
-            layer_rows=sides[0].layer_rows("a", measured.dims_a) + sides[1].layer_rows("b", measured.dims_b),
+            layer_rows=labelled(layout, sides[0].layer_rows("a", measured.dims_a) + sides[1].layer_rows("b", measured.dims_b)),
             seconds=time.perf_counter() - started, weights=(sources[0].provenance(), sources[1].provenance()),
             sources={"a": sources[0].origin(), "b": sources[1].origin()})
     result.summary["samples"] = alignment.record(["a", "b"])
+    if layout is not None:
+        result.summary["sample_unit"] = layout.record()
     return result
+
+
+def labelled(layout: SampleRows | None, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The layers table's rows, with tokens or positions as the reduction when they are the samples."""
+    return rows if layout is None else [{**row, "reduction": layout.label()} for row in rows]
 
 
 # ------------------------------------------------------------------------------------------ import into a cache

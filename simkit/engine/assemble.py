@@ -58,7 +58,7 @@ def similarity_frame(values: dict[str, dict[str, np.ndarray]], labels_a: Sequenc
 def _with_tests(columns: dict[str, np.ndarray], metric: str, arrays: Mapping[str, np.ndarray], correction: str,
                 skip_diagonal: bool) -> dict[str, np.ndarray]:
     """``columns`` with the test columns of ``metric`` in place (``simkit.engine.significance.ordered``)."""
-    tests = p_value_columns(metric, arrays, columns.get("chance"), correction, skip_diagonal)
+    tests = p_value_columns(metric, arrays, correction, skip_diagonal)
     return ordered(columns, tests)
 
 

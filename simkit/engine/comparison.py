@@ -21,6 +21,7 @@ from simkit.engine.arrays import IMPORTED, compare_arrays
 from simkit.engine.assemble import Run, compare_result, selector
 from simkit.engine.batches import count_rows, data_label, steps
 from simkit.engine.measure import measure
+from simkit.engine.samples import SampleRows, mask_of, refuse_samples
 from simkit.engine.sources import (
     TapPair,
     check_same_samples,
@@ -121,13 +122,14 @@ def compare(model_a: nn.Module, model_b: nn.Module, data: Any, settings: Compare
     model_a.to(target)
     model_b.to(target)
     started = time.perf_counter()
+    layout = _sample_rows(chosen, data)
     taps = TapPair(model_a, model_b, chosen_a, chosen_b, names, reduce=reduce, output_index=output_index,
-                   device=target, shared=model_a is model_b and data_b is None)
+                   device=target, shared=model_a is model_b and data_b is None, layout=layout)
     with taps:
         stream = taps.activations(data, data_b, chosen, progress)
         measured = measure(stream, chosen, target, names_a=[f"{name!r} ({names[0]})" for name in chosen_a],
                            names_b=[f"{name!r} ({names[1]})" for name in chosen_b], progress=progress,
-                           expected_rows=_expected_rows(count_rows(data), chosen.n))
+                           expected_rows=_expected_rows(count_rows(data), chosen.n), layout=layout)
     seconds = time.perf_counter() - started
     dtypes = _dtypes_of(model_a, model_b)
     run = Run(given.updated(**changes), chosen, str(target),
@@ -141,7 +143,23 @@ def compare(model_a: nn.Module, model_b: nn.Module, data: Any, settings: Compare
                             specs={"model_a": _spec_of(model_a, names[0]), "model_b": _spec_of(model_b, names[1])})
     if dtypes:
         result.summary["dtype"] = dtypes
+    if layout is not None:
+        result.summary["sample_unit"] = layout.record()
     return result
+
+
+def _sample_rows(settings: CompareSettings, data: Any) -> SampleRows | None:
+    """Tokens or positions as samples (``settings.samples``; None for sequences): the sequences compared,
+    each one's tokens counted by the data's attention mask when it has one."""
+    if settings.samples == "sequences":
+        return None
+    sequences = _expected_rows(count_rows(data), settings.n)
+    if sequences is None:
+        raise SimkitError(f"`samples` {settings.samples} needs data of a known length (a tensor, a dict of tensors or "
+                          "a Dataset); give the data as one of those")
+    mask = mask_of(data) if settings.samples == "tokens" else None
+    counts = None if mask is None else mask[:sequences].bool().sum(1).numpy()
+    return SampleRows(settings.samples, sequences, settings.batch_size, counts)
 
 
 def _dtypes_of(model_a: nn.Module, model_b: nn.Module) -> str | None:
@@ -167,6 +185,7 @@ def compare_caches(path_a: str | Path, path_b: str | Path, settings: CompareSett
     target = resolve_device(device)
     paths = [path_a, path_b]
     manifests = [read_manifest(path_a), read_manifest(path_b)]
+    refuse_samples(chosen_settings.samples, "a pair of caches")
     if any(manifest.get("source") == IMPORTED for manifest in manifests):  # aligned by IDs or position
         return compare_arrays(path_a, path_b, settings, layers_a=layers_a, layers_b=layers_b, device=device,
                               progress=progress, names=names, **changes)

@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 from simkit import distributed
 from simkit.engine.groups import check_group_count, read_groups
+from simkit.engine.samples import SampleRows
 from simkit.errors import SimkitError
 from simkit.faults import phase
 from simkit.metrics.settings import CompareSettings
@@ -110,13 +111,13 @@ def refuse_undefined(settings: CompareSettings, dims_a: list[int], dims_b: list[
 
 def measure(activations: Iterable[Activations], settings: CompareSettings, device: torch.device, *,
             names_a: Sequence[str] | None = None, names_b: Sequence[str] | None = None,
-            progress: bool = False, expected_rows: int | None = None) -> Measured:
+            progress: bool = False, expected_rows: int | None = None, layout: SampleRows | None = None) -> Measured:
     """:func:`stream_and_compute`, with every warning it raises (a constant layer, a degenerate CCA
     pair, skipped batches) passed on once and kept in ``Measured.warnings`` for the report."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         measured = stream_and_compute(activations, settings, device, names_a=names_a, names_b=names_b,
-                                      progress=progress, expected_rows=expected_rows)
+                                      progress=progress, expected_rows=expected_rows, layout=layout)
     seen: dict[str, type[Warning]] = {}
     for entry in caught:
         seen.setdefault(str(entry.message), entry.category)
@@ -147,7 +148,8 @@ def unexplained_nans(values: dict[str, dict[str, np.ndarray]], messages: Sequenc
 
 def stream_and_compute(activations: Iterable[Activations], settings: CompareSettings, device: torch.device, *,
                        names_a: Sequence[str] | None = None, names_b: Sequence[str] | None = None,
-                       progress: bool = False, expected_rows: int | None = None) -> Measured:
+                       progress: bool = False, expected_rows: int | None = None,
+                       layout: SampleRows | None = None) -> Measured:
     """Feed every ``(index, acts_a, acts_b)`` batch to one accumulator, reduce over ranks, compute.
 
     The accumulator is created from the first batch's widths with ``settings`` (validated); ``names_*`` name the
@@ -156,6 +158,8 @@ def stream_and_compute(activations: Iterable[Activations], settings: CompareSett
     neighbour searches, the permutations of a null), as the engine shows the batches.
     ``expected_rows``: the samples the stream will hold, when known: a CCA-family measure that cannot give
     a number for the layers is refused after the first batch (else after the last).
+    ``layout``: tokens or positions as samples (``simkit.engine.samples``): the batches' rows are tokens
+    (positions), placed at their global rows, and the accumulator keeps every sequence (image) whole.
     """
     accumulator: Accumulator | None = None
     dims_a: list[int] = []
@@ -164,18 +168,22 @@ def stream_and_compute(activations: Iterable[Activations], settings: CompareSett
     labels = read_groups(settings.groups)
 
     def build(da: list[int], db: list[int]) -> Accumulator:
-        return make_accumulator(settings, da, db, names_a=names_a, names_b=names_b, groups=labels)
+        return make_accumulator(settings, da, db, names_a=names_a, names_b=names_b, groups=labels,
+                                blocks=None if layout is None else layout.blocks())
 
     for index, acts_a, acts_b in activations:
         if accumulator is None:
             dims_a = [int(a.shape[1]) for a in acts_a]
             dims_b = [int(b.shape[1]) for b in acts_b]
+            if layout is not None:
+                expected_rows = layout.total()
             if expected_rows is not None:  # refuse before any further forward pass
                 refuse_undefined(settings, dims_a, dims_b, expected_rows, names_a, names_b)
             accumulator = build(dims_a, dims_b)
             phase("streaming")  # a test hook (simkit.faults): nothing unless SIMKIT_KILL_AT names it
         # global batches hold batch_size rows (all but the last), so the batch's first sample is index·batch_size
-        accumulator.update(acts_a, acts_b, batch_index=index, row_offset=index * settings.batch_size)
+        offset = index * settings.batch_size if layout is None else layout.offset(index)
+        accumulator.update(acts_a, acts_b, batch_index=index, row_offset=offset)
         rows += int(acts_a[0].shape[0])
     if distributed.is_distributed():
         widths = distributed.all_gather_objects((dims_a, dims_b) if accumulator is not None else None)

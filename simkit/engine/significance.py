@@ -4,7 +4,8 @@ Each measure's cells are one family (a study's: the pairs of different models): 
 accumulator gave (:mod:`simkit.metrics.streaming.pvalues`) are corrected across it
 (:func:`simkit.metrics.inference.correct`, ``settings.correction``), ``beats_chance`` becomes the corrected
 decision at :data:`~simkit.settings.pvalues.ALPHA`, ``calibrated`` is ``(v − τ)/(best − τ)`` clipped at 0
-beside ``chance``, and the best cell gets its max-corrected p-value from the permutation draws
+beside ``chance`` (τ the critical threshold at α from the permutation draws,
+:func:`simkit.metrics.inference.critical_value`), and the best cell gets its max-corrected p-value from the permutation draws
 (:func:`simkit.metrics.inference.best_pair`). ``summary["p_values"]`` records the rule, each measure's
 method, permutations, smallest reachable p-value, significant count and best pair.
 """
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from simkit.catalog import MEASURES
-from simkit.metrics.inference import best_pair, calibrated, correct
+from simkit.metrics.inference import best_pair, calibrated, correct, critical_value
 from simkit.settings.pvalues import ALPHA
 
 
@@ -35,7 +36,7 @@ def best_value(metric: str) -> float | None:
     return measure.hi if measure.similarity else measure.lo
 
 
-def p_value_columns(metric: str, arrays: Mapping[str, np.ndarray], chance: np.ndarray | None, correction: str,
+def p_value_columns(metric: str, arrays: Mapping[str, np.ndarray], correction: str,
                     skip_diagonal: bool = False) -> dict[str, np.ndarray]:
     """``calibrated``, ``beats_chance`` (the corrected p-value at most ALPHA), ``p_value`` and ``p_corrected``
     of one measure's cells (NaN outside the family)."""
@@ -46,7 +47,8 @@ def p_value_columns(metric: str, arrays: Mapping[str, np.ndarray], chance: np.nd
     with np.errstate(invalid="ignore"):
         beats = np.isfinite(corrected) & (corrected <= ALPHA)
     similar = MEASURES[metric].similarity
-    score = calibrated(value, chance, best_value(metric), similar) if chance is not None else np.full(value.shape, np.nan)
+    tau = critical_value(value, arrays["null"], similar) if "null" in arrays else None
+    score = calibrated(value, tau, best_value(metric), similar) if tau is not None else np.full(value.shape, np.nan)
     return {"calibrated": score, "beats_chance": beats, "p_value": p, "p_corrected": corrected}
 
 

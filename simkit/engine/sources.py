@@ -24,6 +24,7 @@ from torch import nn
 
 from simkit import distributed
 from simkit.engine.batches import Batch, count_rows, global_batches, rebatch, steps
+from simkit.engine.samples import SampleRows, batch_mask
 from simkit.errors import SimkitError, unknown_name_error
 from simkit.forward import eval_mode, float_dtype, forward_error, run_model
 from simkit.layers import record_layers
@@ -65,11 +66,13 @@ def upcast_half(acts: torch.Tensor, layer: str, label: str, dtype: torch.dtype) 
 
 class Tap:
     """One model's chosen layers recorded batch by batch (``simkit.layers.record_layers``), the model in
-    eval mode; hooks and every module's train/eval flag are restored on ``close``."""
+    eval mode; hooks and every module's train/eval flag are restored on ``close``. ``raw``: each layer's
+    output kept in its own shape ``(b, ...)`` (tokens or positions as samples), not reduced."""
 
     def __init__(self, model: nn.Module, layers: list[str], label: str, *, reduce: str, output_index: Any,
-                 device: torch.device):
-        self.model, self.layers, self.label, self.device = model, layers, label, device
+                 device: torch.device, raw: bool = False):
+        self.model, self.layers, self.label, self.device, self.raw = model, layers, label, device, raw
+        reduce = "flatten" if raw else reduce   # a view of the output, reshaped back in step
         self.dtype = float_dtype(model)
         self._stack = ExitStack()
         try:
@@ -104,6 +107,8 @@ class Tap:
                 raise forward_error(exc, batch, f"model {self.label}") from exc
         self.forward_seconds += time.perf_counter() - start
         acts = self.recorder.pop()  # finiteness is checked by the accumulator, without another pass
+        if self.raw:
+            acts = {name: t.reshape(self.recorder.shapes[name]) for name, t in acts.items()}
         if self.dtype in HALF:
             return [upcast_half(acts[name], name, self.label, self.dtype) for name in self.layers]
         return [acts[name] for name in self.layers]
@@ -128,15 +133,17 @@ class TapPair:
     hooks and one forward pass per batch for both sides."""
 
     def __init__(self, model_a: nn.Module, model_b: nn.Module, layers_a: list[str], layers_b: list[str],
-                 names: tuple[str, str], *, reduce: str, output_index: Any, device: torch.device, shared: bool):
-        self.layers_a, self.layers_b, self.shared = layers_a, layers_b, shared
+                 names: tuple[str, str], *, reduce: str, output_index: Any, device: torch.device, shared: bool,
+                 layout: SampleRows | None = None):
+        self.layers_a, self.layers_b, self.shared, self.layout = layers_a, layers_b, shared, layout
+        raw = layout is not None
         self.union = layers_a + [name for name in layers_b if name not in layers_a] if shared else layers_a
         self._stack = ExitStack()
         try:
             self.a = self._stack.enter_context(Tap(model_a, self.union, names[0], reduce=reduce,
-                                                   output_index=output_index, device=device))
+                                                   output_index=output_index, device=device, raw=raw))
             self.b = self.a if shared else self._stack.enter_context(
-                Tap(model_b, layers_b, names[1], reduce=reduce, output_index=output_index, device=device))
+                Tap(model_b, layers_b, names[1], reduce=reduce, output_index=output_index, device=device, raw=raw))
         except BaseException:
             self._stack.close()
             raise
@@ -167,13 +174,18 @@ class TapPair:
             stream_b = None if data_b is None else global_batches(data_b, settings.batch_size, settings.n, **where)
             for index, batch in stream:
                 batch_b = batch if stream_b is None else next(stream_b)[1]
-                yield (index, *self.step(batch, batch_b))
+                acts_a, acts_b = self.step(batch, batch_b)
+                if self.layout is not None:   # tokens or positions as the samples
+                    acts_a, acts_b = self.layout.rows(index, acts_a, acts_b, (batch_mask(batch), batch_mask(batch_b)),
+                                                      (self.layers_a, self.layers_b))
+                yield index, acts_a, acts_b
                 bar.advance(task, distributed.world_size())
 
     def layer_rows(self, measured: Any) -> list[dict[str, Any]]:
         """The ``layers`` table's rows of both sides (``measured``: the engine's Measured, for the widths)."""
-        return (self.a.layer_rows("a", measured.dims_a, self.layers_a)
+        rows = (self.a.layer_rows("a", measured.dims_a, self.layers_a)
                 + self.b.layer_rows("b", measured.dims_b, self.layers_b))
+        return rows if self.layout is None else [{**row, "reduction": self.layout.label()} for row in rows]
 
     def forward_seconds(self) -> float:
         """Seconds spent in the models' forward passes."""

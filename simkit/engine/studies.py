@@ -19,6 +19,7 @@ from simkit.engine.arrays import MEMORY, Side, align, as_source, is_imported, st
 from simkit.engine.assemble import Run, study_result
 from simkit.engine.comparison import cache_activations
 from simkit.engine.measure import Activations, measure
+from simkit.engine.samples import refuse_samples
 from simkit.engine.sources import check_same_samples, is_cache, read_manifest, select_cached_layers
 from simkit.engine.study_views import study_views
 from simkit.errors import SimkitError
@@ -123,6 +124,7 @@ def study(paths: Sequence[Any], settings: CompareSettings | None = None, *, pair
     given = settings or CompareSettings()
     chosen = resolve_settings(settings, changes)
     target = resolve_device(device)
+    refuse_samples(chosen.samples, "a study")
     if isinstance(paths, str | Path) or len(paths) < 2:
         raise SimkitError("a study needs at least two caches in `paths`")
     if not all(isinstance(p, str | Path) and is_cache(p) and not is_imported(p) for p in paths):

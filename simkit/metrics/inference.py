@@ -14,8 +14,9 @@ Every function takes numpy arrays and is torch-free:
 * :func:`best_pair`: the grid's best cell and its max-corrected p-value: under each permutation the grid
   maximum (minimum for a distance) is recomputed, and one permutation of B's samples serves every layer
   of B, so those maxima are exact draws of the maximum's null.
-* :func:`calibrated`: ``(v − τ) / (best − τ)`` clipped at 0, τ the chance level, ``best`` the measure's
-  best value (1 for the CKA family).
+* :func:`calibrated`: ``(v − τ) / (best − τ)`` clipped at 0, ``best`` the measure's best value (1 for the
+  CKA family) and τ the critical threshold at level α (:func:`critical_value`: the order statistic of the
+  value and its permutation draws that the calibrated-similarity package calls ``tau``).
 * :func:`p_value_permutations`: how many permutations a measure draws with p-values.
 """
 
@@ -146,9 +147,28 @@ def best_pair(value: np.ndarray, draws: np.ndarray | None, similarity: bool,
     return out
 
 
+def critical_value(value: np.ndarray, draws: np.ndarray, similarity: bool, alpha: float = ALPHA) -> np.ndarray:
+    """τ per cell: the ``⌈(1 − α)(K + 1)⌉``-th smallest of the observed value and its K permutation
+    ``draws (K, ...)`` (for a distance, the same order statistic from the other end), the critical
+    threshold of the calibrated-similarity package (Gröger et al., ``calibrate``'s ``tau``), so that a
+    value at or below it is not distinguishable from chance at level α. NaN draws are left out; NaN where
+    no draw is finite or the value is NaN."""
+    value = np.asarray(value, dtype=np.float64)
+    sign = 1.0 if similarity else -1.0
+    combined = sign * np.concatenate([value[None], np.asarray(draws, dtype=np.float64)], axis=0)
+    finite = np.isfinite(combined)
+    count = finite.sum(0)
+    ranked = np.sort(np.where(finite, combined, np.inf), axis=0)         # NaN draws sorted past the end
+    index = np.clip(np.ceil((1.0 - alpha) * count).astype(np.int64) - 1, 0, None)
+    tau = np.take_along_axis(ranked, np.minimum(index, len(combined) - 1)[None], axis=0)[0]
+    return np.where(np.isfinite(value) & (count > 1), sign * tau, np.nan)
+
+
 def calibrated(value: np.ndarray, chance: np.ndarray, best: float | None, similarity: bool) -> np.ndarray:
     """``(v − τ) / (best − τ)`` clipped at 0 per cell (``(τ − v) / (τ − best)`` for a distance): 0 at or
-    below chance, 1 at the measure's best value ``best``; NaN where ``best`` is None or τ is the best."""
+    below τ, 1 at the measure's best value ``best``; NaN where ``best`` is None or τ is the best. ``chance``
+    is τ: the callers give :func:`critical_value` of the permutation draws (the calibrated-similarity
+    package's score, 0 under the null at level α)."""
     value, chance = np.asarray(value, dtype=np.float64), np.asarray(chance, dtype=np.float64)
     if best is None:
         return np.full(value.shape, np.nan)

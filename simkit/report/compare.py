@@ -302,11 +302,15 @@ def samples_words(samples: Any) -> str | None:
 
 
 def source_sentences(summary: dict[str, Any]) -> list[str]:
-    """What the findings say of the inputs beyond models and data: how activations were aligned, and the
-    dtype models ran in (``--dtype``)."""
+    """What the findings say of the inputs beyond models and data: how activations were aligned, the dtype
+    models ran in (``--dtype``) and what a sample is (``--samples``: ``summary["sample_unit"]``)."""
     out = [words] if (words := samples_words(summary.get("samples"))) else []
     if summary.get("dtype"):
         out.append(f"The models ran in {summary['dtype']} (--dtype); their activations were summed in float64.")
+    unit = summary.get("sample_unit")
+    if isinstance(unit, dict) and unit.get("text"):
+        out.append(f"Samples are {unit['text']} (--samples); chance levels and intervals permute and resample "
+                   "whole sequences or images, never single tokens.")
     return out
 
 
@@ -425,6 +429,8 @@ def context(result) -> dict[str, Any]:
         "cautions": cautions(summary, result.meta, matrices, band, table, chances),
         "summary_rows": summary_rows({**summary, **({"samples": samples_words(summary["samples"])}
                                                     if "samples" in summary else {}),
+                                      **({"sample_unit": summary["sample_unit"].get("text")}
+                                         if isinstance(summary.get("sample_unit"), dict) else {}),
                                       **({"p_values": p_values_words(summary)} if "p_values" in summary else {})},
                                      _SUMMARY_LABELS),
         "tests": test_rows(summary),

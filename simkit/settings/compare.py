@@ -45,6 +45,7 @@ from simkit.options import (
     rule,
     seed_option,
 )
+from simkit.settings.memory import AUTO_FRACTION, FALLBACK_BUDGET, ByteSize
 from simkit.settings.pvalues import (
     check_inference,
     correction_option,
@@ -56,6 +57,9 @@ from simkit.settings.pvalues import (
 MODES = ("exact", "minibatch")
 #: how a layer's output becomes one vector per sample (``simkit.layers.reduce_output``)
 REDUCTIONS = ("auto", "flatten", "mean", "cls", "last")
+#: what one sample of a comparison is (``samples``): a sequence or image reduced to one vector (``reduce``),
+#: every real token of a sequence layer, or every spatial position of a conv map (``simkit.engine.samples``)
+SAMPLES = ("sequences", "tokens", "positions")
 DEFAULT_MEMORY_BUDGET = 2**30
 #: the dtypes a model may be loaded in (``simkit.models.load_model(..., dtype=...)``, ``--dtype``)
 DTYPES = ("float32", "bfloat16", "float16")
@@ -64,7 +68,7 @@ DEFAULT_MIN_OVERLAP = 0.9
 #: the settings of the measures beyond CKA and k-NN: recorded only when a measure they change is chosen
 #: (``rbf_factor`` and ``knn_k`` are always recorded, as they always were)
 MEASURE_FIELDS = tuple(name for name in MEASURE_SETTINGS if name not in ("rbf_factor", "knn_k"))
-__all__ = ["DEFAULT_METRICS", "DTYPES", "MODES", "REDUCTIONS", "RSA_COMPARES", "RSA_DISTANCES", "CompareSettings", "MeasureSettings",
+__all__ = ["DEFAULT_METRICS", "DTYPES", "MODES", "REDUCTIONS", "SAMPLES", "RSA_COMPARES", "RSA_DISTANCES", "CompareSettings", "MeasureSettings",
            "check_metrics", "check_setting", "resolve_settings"]
 
 
@@ -77,7 +81,9 @@ class CompareSettings(Settings):
     metrics: measure names (``simkit.catalog.METRICS``), a list or one name.
     null: None (the default): each measure's chance level as the catalogue says
         (``simkit.catalog.default_permutations``).
-    memory_budget_bytes: the streamed sums' budget; beyond it a measure stores activations instead.
+    memory_budget_bytes: ``"auto"`` (a share of the available memory, ``simkit.settings.memory``) or bytes
+        (an int, or a text such as ``"4G"``); beyond it a streamed measure stores activations instead and a
+        stored measure is refused.
     """
 
     metrics: Sequence[str] | str = option(
@@ -91,8 +97,12 @@ class CompareSettings(Settings):
     null: int | None = option(None, Optional(Integer(ge=0)), null_help(), show_default="each measure's default",
                               note="the number of permutations (0: none; None: each measure's default)")
     seed: int = seed_option()
-    memory_budget_bytes: int = option(DEFAULT_MEMORY_BUDGET, Integer(ge=1), "Bytes the streamed sums may take; "
-                                      "beyond it a measure stores activations instead.", cli=False)
+    memory_budget_bytes: int | str = option(
+        "auto", ByteSize(), "Memory the measures may keep (streamed sums, stored activations, Grams, RDMs): "
+        f"auto ({AUTO_FRACTION:.0%} of the memory available at the start, {FALLBACK_BUDGET // 2**30} GiB where "
+        "that cannot be read), or a size such as 4G or 512M; beyond it a streamed measure stores activations "
+        "and a stored one is refused up front.", flag="--memory-budget", metavar="SIZE",
+        note="e.g. 4G, 512M or auto")
     rbf_factor: float = measure_setting("rbf_factor")
     knn_k: int = measure_setting("knn_k")
     shape_alpha: float = measure_setting("shape_alpha")
@@ -114,11 +124,30 @@ class CompareSettings(Settings):
     p_values: bool = p_values_option()
     correction: str | None = correction_option()
     groups: str | Sequence[str] | None = groups_option()
+    samples: str = option("sequences", Choice(SAMPLES), "What one sample is: sequences (one vector per sequence or "
+                          "image, by --reduce), tokens (every real token of a sequence layer; padding left out) "
+                          "or positions (every spatial position of a conv map, the maps pooled to a common "
+                          "grid). Chance levels and intervals permute and resample whole sequences or images.")
 
     @rule
     def _correction_with_p_values(self) -> dict[str, Any] | None:
         """``correction`` only with ``p_values`` (Holm when not given); enough permutations for a p-value."""
         return check_inference(self.p_values, self.correction, self.null)
+
+    @rule
+    def _samples_keep_sequences_whole(self) -> dict[str, Any] | None:
+        """Tokens or positions as samples permute whole sequences (blocks), which ``groups`` cannot join, and
+        ``ridge_r2``'s folds (sample ``i`` in fold ``i mod k``) would split a sequence's tokens across folds."""
+        if self.samples == "sequences":
+            return None
+        if self.groups is not None:
+            raise SimkitError(f"`groups` labels samples, but `samples` {self.samples} permutes whole sequences or "
+                              "images; leave out `groups` or compare sequences")
+        if "ridge_r2" in self.metrics:
+            raise SimkitError(f"ridge_r2's folds would split the {self.samples} of one sequence or image between "
+                              f"training and test folds with `samples` {self.samples}; choose other `metrics` or "
+                              "compare sequences")
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         """Every setting, JSON-ready, for ``meta.settings``; a measure's own settings only when a measure they
@@ -136,6 +165,8 @@ class CompareSettings(Settings):
         out["groups"] = groups_record(out["groups"])
         if out["groups"] is None:
             del out["groups"]
+        if out["samples"] == "sequences":  # recorded only when tokens or positions are the samples
+            del out["samples"]
         return {k: v for k, v in out.items() if k not in MEASURE_FIELDS or k in used}
 
     def resolved(self) -> dict[str, Any]:

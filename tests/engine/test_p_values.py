@@ -139,6 +139,28 @@ def test_permutation_p_values_reproduce_a_float64_permutation_reference():
     assert 0.005 < want[0, 0] < 0.5  # the reference exercises a p-value between the extremes
 
 
+def test_the_calibrated_score_is_the_calibrated_similarity_packages_over_the_same_permutations():
+    """calibrated = clamp((v − τ) / (1 − τ), 0, 1), τ the ⌈(1 − α)(K + 1)⌉-th smallest of the value and its K
+    draws (Gröger et al.'s ``calibrate``: the score is 0 under the null at level α), every permuted pair
+    recomputed by the float64 reference over the permutations simkit drew."""
+    from simkit.engine.significance import p_value_columns
+
+    xa, xb = related_layers(7)
+    out, described = accumulate(["procrustes"], xa, xb, mode="exact")
+    count = described["procrustes"]["null"]
+    perms = draw_perms(count, len(xa[0]), perm_generator(0, -1), "cpu").numpy()
+    want = np.empty((2, 2))
+    for i, x in enumerate(xa):
+        for j, y in enumerate(xb):
+            observed = reference.procrustes(x, y)
+            combined = np.sort(np.r_[observed, [reference.procrustes(x, y[p]) for p in perms]])
+            tau = combined[int(np.ceil(0.95 * (count + 1))) - 1]
+            want[i, j] = np.clip((observed - tau) / (1.0 - tau), 0.0, 1.0)
+    got = p_value_columns("procrustes", out["procrustes"], "holm")["calibrated"]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
+    assert (want > 0).any() and (want < 1).all()  # the reference reaches a score between the extremes
+
+
 def monte_carlo_p(xa, xb, metric: str, draws: int, rng: np.random.Generator, batch: int | None = None) -> np.ndarray:
     """A float64 permutation reference of the CKA family: the share of random permutations of B's samples
     (within each batch, for the minibatch estimator) whose summed HSIC reaches the observed one."""

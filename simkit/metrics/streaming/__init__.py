@@ -123,7 +123,14 @@ from torch import Tensor
 from simkit.catalog import GRAM_KINDS, METRICS, STRATEGIES, strategy
 from simkit.errors import SimkitError
 from simkit.metrics.settings import MODES, CompareSettings
-from simkit.metrics.streaming.common import Names, Part, PhaseProgress, Values, check_batch
+from simkit.metrics.streaming.common import (
+    Names,
+    Part,
+    PhaseProgress,
+    Values,
+    check_batch,
+    exchangeable_share,
+)
 from simkit.metrics.streaming.features import FeaturePart, feature_path_bytes
 from simkit.metrics.streaming.folds import FoldPart, fold_path_bytes
 from simkit.metrics.streaming.minibatch import MinibatchPart
@@ -136,6 +143,7 @@ from simkit.metrics.streaming.pvalues import (
 )
 from simkit.metrics.streaming.state import State, StoredPayload
 from simkit.metrics.streaming.stored import StoredPart
+from simkit.settings.memory import budget_source, memory_budget
 
 __all__ = ["GRAM_KINDS", "METRICS", "MODES", "Accumulator", "feature_path_bytes", "fold_path_bytes",
            "make_accumulator"]
@@ -257,7 +265,8 @@ class Accumulator:
 
 def make_accumulator(settings: CompareSettings, dims_a: Sequence[int], dims_b: Sequence[int], *,
                      names_a: Sequence[str] | None = None, names_b: Sequence[str] | None = None,
-                     max_stored_n: int = 50_000, groups: Sequence[Any] | Tensor | None = None) -> Accumulator:
+                     max_stored_n: int = 50_000, groups: Sequence[Any] | Tensor | None = None,
+                     blocks: Tensor | None = None) -> Accumulator:
     """An accumulator of ``settings.metrics`` for layers of widths ``dims_a`` (model A) × ``dims_b`` (model B).
 
     settings: :class:`~simkit.metrics.settings.CompareSettings` (validated here unless it already is): the
@@ -266,8 +275,10 @@ def make_accumulator(settings: CompareSettings, dims_a: Sequence[int], dims_b: S
     seed, the memory budget and the measures' own settings. names_*: layer names used in warnings and
     errors (default ``A[i]``, ``B[j]``). groups: one group label per sample in data order (the labels of
     ``settings.groups``): every permutation moves a sample only within its group. With ``settings.p_values``
-    every value gets a ``p_value`` (:mod:`simkit.metrics.streaming.pvalues`). Paths and their memory:
-    module docstring.
+    every value gets a ``p_value`` (:mod:`simkit.metrics.streaming.pvalues`). blocks: ``(rows,)`` int64, the
+    sequence or image each row (a token, a position) comes from, in data order: every permutation moves whole
+    blocks onto blocks of the same size and a bootstrap resamples whole blocks
+    (:func:`~simkit.metrics.streaming.common.block_perms`). Paths and their memory: module docstring.
     """
     if not isinstance(settings, CompareSettings):
         raise SimkitError(f"`settings` must be a CompareSettings, got {type(settings).__name__}")
@@ -277,11 +288,16 @@ def make_accumulator(settings: CompareSettings, dims_a: Sequence[int], dims_b: S
         raise SimkitError(f"every model needs at least one layer of width >= 1, got {dims_a} and {dims_b}")
     names = Names(names_a, names_b, len(dims_a), len(dims_b))
     codes = group_codes(groups)
-    return Accumulator(_parts(settings, dims_a, dims_b, names, int(max_stored_n), codes), list(settings.metrics),
-                       dims_a, dims_b, p_values=bool(settings.p_values), groups=codes)
+    if blocks is not None:
+        if codes is not None:
+            raise SimkitError("`groups` and `blocks` cannot restrict one null together; give one of them")
+        blocks = torch.as_tensor(blocks, dtype=torch.int64).cpu()
+    parts = _parts(settings, dims_a, dims_b, names, int(max_stored_n), codes, blocks)
+    return Accumulator(parts, list(settings.metrics), dims_a, dims_b, p_values=bool(settings.p_values),
+                       groups=codes)
 
 
-def _stored_reason(name: str, settings: CompareSettings, needed: int, what: str, draws: int) -> str:
+def _stored_reason(name: str, settings: CompareSettings, needed: int, what: str, draws: int, budget: int) -> str:
     """Why ``name`` takes the stored path: its own nature, a permutation null, or the memory budget."""
     if strategy(name, settings.mode) == "stored":
         return _STORED_REASONS.get(name, "it needs all samples at once")
@@ -289,7 +305,7 @@ def _stored_reason(name: str, settings: CompareSettings, needed: int, what: str,
         return "a permutation null needs stored activations"
     if settings.ci is not None:
         return "a bootstrap interval needs stored activations"
-    return f"{what} need {needed} bytes > memory_budget_bytes={settings.memory_budget_bytes}"
+    return f"{what} need {needed} bytes > memory_budget_bytes={budget} ({budget_source(settings.memory_budget_bytes)})"
 
 
 _STORED_REASONS = {"mutual_knn": "k-NN needs all samples", "jaccard_knn": "k-NN needs all samples",
@@ -301,13 +317,15 @@ _STORED_REASONS = {"mutual_knn": "k-NN needs all samples", "jaccard_knn": "k-NN 
 
 
 def _parts(settings: CompareSettings, dims_a: list[int], dims_b: list[int], names: Names,
-           max_stored_n: int, groups: Tensor | None = None) -> list[Part]:
+           max_stored_n: int, groups: Tensor | None = None, blocks: Tensor | None = None) -> list[Part]:
     """The strategies of an accumulator: each metric goes to the strategy the catalogue names for its mode
     (``simkit.catalog``), or to the stored one when its sums exceed the budget or a null is asked."""
-    draws = Draws(settings, len(dims_a) * len(dims_b), groups is not None)
+    draws = Draws(settings, len(dims_a) * len(dims_b), groups is not None or blocks is not None)
+    if blocks is not None and any(draws.of(name) for name in settings.metrics):
+        check_exchangeable(blocks)
     routed: dict[str, list[str]] = {name: [] for name in STRATEGIES}
     reasons: dict[str, str] = {}
-    budget = settings.memory_budget_bytes
+    budget = memory_budget(settings.memory_budget_bytes)
     sizes = {"features": (feature_path_bytes(dims_a, dims_b), "the feature-space sums"),
              "folds": (fold_path_bytes(dims_a, dims_b, settings.ridge_folds), "the per-fold sums")}
     for name in settings.metrics:
@@ -316,14 +334,14 @@ def _parts(settings: CompareSettings, dims_a: list[int], dims_b: list[int], name
         if where in sizes and (draws.of(name) or settings.ci is not None or needed > budget):
             where = "stored"
         if where == "stored":
-            reasons[name] = _stored_reason(name, settings, needed, what, draws.of(name))
+            reasons[name] = _stored_reason(name, settings, needed, what, draws.of(name), budget)
         routed[where].append(name)
     parts: list[Part] = []
     if routed["gram"]:
         first = routed["gram"][0]
         parts.append(MinibatchPart(routed["gram"], dims_a, dims_b, draws.of(first), settings.seed,
                                    settings.rbf_factor, names, settings.ci, settings.ci_resamples,
-                                   moments=draws.moment_matched(first), groups=groups))
+                                   moments=draws.moment_matched(first), groups=groups, blocks=blocks))
     if routed["features"]:
         parts.append(FeaturePart(routed["features"], dims_a, dims_b, names, settings, settings.mode))
     if routed["folds"]:
@@ -332,6 +350,22 @@ def _parts(settings: CompareSettings, dims_a: list[int], dims_b: list[int], name
         parts.append(StoredPart(routed["stored"], settings.mode, dims_a, dims_b,
                                 draws.stored(routed["stored"]), settings.seed,
                                 settings.rbf_factor, settings.knn_k, budget, max_stored_n, names, reasons,
-                                settings, moments=bool(settings.p_values) and groups is None,
-                                own_null=draws.own(routed["stored"]), groups=groups))
+                                settings, moments=bool(settings.p_values) and groups is None and blocks is None,
+                                own_null=draws.own(routed["stored"]), groups=groups, blocks=blocks))
     return parts
+
+
+#: the least share of rows in blocks that another block of the same size can replace (``check_exchangeable``)
+LEAST_EXCHANGEABLE = 0.5
+
+
+def check_exchangeable(blocks: Tensor) -> None:
+    """A SimkitError when fewer than :data:`LEAST_EXCHANGEABLE` of the rows sit in blocks (sequences) that
+    share their length with another block: a block permutation (:func:`~.common.block_perms`) could not move
+    them, so the null would be close to the observed value."""
+    share = exchangeable_share(blocks)
+    if share < LEAST_EXCHANGEABLE:
+        raise SimkitError(f"only {share:.0%} of the tokens sit in sequences that share their length with another "
+                          "sequence, and a null permutes whole sequences of equal length only; pad or truncate "
+                          "every sequence to one length (e.g. `max_length` of the data, at most the shortest "
+                          "text's tokens), or set `null` 0")

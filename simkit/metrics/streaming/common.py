@@ -135,9 +135,13 @@ def ci_summary(value: np.ndarray, replicates: np.ndarray, confidence: float,
 
 
 def draw_perms(count: int, n: int, generator: torch.Generator, device: torch.device | str,
-               groups: Tensor | None = None) -> Tensor:
+               groups: Tensor | None = None, blocks: Tensor | None = None) -> Tensor:
     """``count`` random permutations of ``range(n)``: ``(count, n)`` int64. ``groups`` (``(n,)`` int64 group
-    codes ≥ 0): each permutation moves a sample only within its group (uniform over those permutations)."""
+    codes ≥ 0): each permutation moves a sample only within its group (uniform over those permutations).
+    ``blocks`` (``(n,)`` int64 block ids: the sequence or image each row (token, position) comes from):
+    whole blocks move, see :func:`block_perms`."""
+    if blocks is not None:
+        return block_perms(count, blocks, generator).to(device)
     keys = torch.rand(count, n, generator=generator)
     if groups is None:
         return keys.argsort(1).to(device)
@@ -147,6 +151,64 @@ def draw_perms(count: int, n: int, generator: torch.Generator, device: torch.dev
     perms = torch.empty_like(shuffled)
     perms[:, members] = shuffled
     return perms.to(device)
+
+
+class BlockLayout:
+    """The blocks of ``(n,)`` int64 block ids: ``order`` the rows grouped by block (each block's rows in their
+    order), ``starts``/``sizes`` each block's place in ``order`` (blocks numbered 0 … k − 1 by id),
+    ``block`` each row's block number and ``rank`` its place within its block."""
+
+    def __init__(self, blocks: Tensor):
+        codes = blocks.cpu()
+        _, self.block, self.sizes = torch.unique(codes, return_inverse=True, return_counts=True)
+        self.order = self.block.argsort(stable=True)
+        self.starts = self.sizes.cumsum(0) - self.sizes
+        place = torch.empty_like(self.order)
+        place[self.order] = torch.arange(len(codes))
+        self.rank = place - self.starts[self.block]
+
+    def strata(self) -> Tensor:
+        """Each block's stratum: blocks of the same size share one (``(k,)`` int64)."""
+        return torch.unique(self.sizes, return_inverse=True)[1]
+
+    def rows_of(self, chosen: Tensor) -> Tensor:
+        """The rows of the blocks ``chosen`` (``(m,)`` block numbers, repeats allowed), block after block."""
+        sizes = self.sizes[chosen]
+        first = torch.repeat_interleave(self.starts[chosen], sizes)
+        within = torch.arange(int(sizes.sum())) - torch.repeat_interleave(sizes.cumsum(0) - sizes, sizes)
+        return self.order[first + within]
+
+
+def block_perms(count: int, blocks: Tensor, generator: torch.Generator) -> Tensor:
+    """``count`` permutations ``(count, n)`` int64 (CPU) of rows that come in blocks (``blocks``: ``(n,)`` block
+    ids; tokens of one sequence, positions of one image): each moves whole blocks onto blocks of the same
+    size, row ``j`` of a block onto row ``j`` of its image, uniform over those permutations. Blocks of
+    different sizes are never exchanged: the exchangeability blocks of Winkler et al. (2015, PALM), with
+    the strata the sets of equal-sized blocks (images all share one size, so any block permutation)."""
+    layout = BlockLayout(blocks)
+    moved = draw_perms(count, len(layout.sizes), generator, "cpu", layout.strata())   # (count, k) blocks
+    target = layout.starts[moved[:, layout.block]] + layout.rank[None, :]
+    return layout.order[target]
+
+
+def bootstrap_rows(n: int, generator: torch.Generator, blocks: Tensor | None = None) -> Tensor:
+    """One bootstrap resample's rows: ``n`` rows drawn with replacement (``(n,)`` int64), or with ``blocks``
+    (``(n,)`` block ids) as many whole blocks drawn with replacement as there are, all their rows taken (so
+    every row of a block gets the same weight)."""
+    if blocks is None:
+        return torch.randint(n, (n,), generator=generator)
+    layout = BlockLayout(blocks[:n])
+    chosen = torch.randint(len(layout.sizes), (len(layout.sizes),), generator=generator)
+    return layout.rows_of(chosen)
+
+
+def exchangeable_share(blocks: Tensor) -> float:
+    """The fraction of rows whose block has another block of the same size (so a block permutation can move
+    it): 1 for images or sequences of one length."""
+    layout = BlockLayout(blocks)
+    strata = layout.strata()
+    members = torch.bincount(strata)[strata]          # blocks in each block's stratum
+    return float(layout.sizes[members >= 2].sum()) / max(1, len(blocks))
 
 
 class Names:

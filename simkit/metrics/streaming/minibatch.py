@@ -88,15 +88,17 @@ class MinibatchPart:
     moments: p-values from a Pearson type III fit of the cross stream's exact permutation cumulants
     (:mod:`simkit.metrics.permutation_moments`: per batch from its Grams' traces; independent batches add).
     groups: ``(n,)`` int64 group codes of the samples in data order; the null's permutations of a batch
-    then move each sample only within its group."""
+    then move each sample only within its group. blocks: ``(rows,)`` int64 block ids of the rows in data
+    order (the sequence or image of each token or position); the null's permutations of a batch then move
+    whole blocks (``common.block_perms``); the bootstrap resamples whole batches anyway."""
 
     def __init__(self, metrics: list[str], dims_a: list[int], dims_b: list[int], null: int, seed: int,
                  rbf_factor: float, names: Names, ci: float | None = None, ci_resamples: int = 200, *,
-                 moments: bool = False, groups: Tensor | None = None):
+                 moments: bool = False, groups: Tensor | None = None, blocks: Tensor | None = None):
         self.metrics, self.dims_a, self.dims_b = metrics, dims_a, dims_b
         self.null, self.seed, self.rbf_factor, self.names = null, seed, rbf_factor, names
         self.ci, self.resamples = ci, ci_resamples if ci is not None else 0
-        self.moments, self.groups = moments, groups
+        self.moments, self.groups, self.blocks = moments, groups, blocks
         la, lb = len(dims_a), len(dims_b)
         self.s = Sums()
         self.states: list[State] = [self.s]
@@ -136,7 +138,8 @@ class MinibatchPart:
         perms = None
         if self.null:
             grouped = None if self.groups is None else self.groups[offset:offset + b]
-            perms = draw_perms(self.null, b, perm_generator(self.seed, batch_index), ga.device, grouped)
+            blocked = None if self.blocks is None else self.blocks[offset:offset + b]
+            perms = draw_perms(self.null, b, perm_generator(self.seed, batch_index), ga.device, grouped, blocked)
         centred = {"a": center_gram(ga), "b": center_gram(gb)}
         weights = bootstrap_weights(self.resamples, self.seed, batch_index, ga.device) if self.resamples else None
         for m in self.metrics:

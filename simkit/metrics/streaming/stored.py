@@ -28,6 +28,7 @@ from torch import Tensor
 from simkit.catalog import GRAM_KINDS, KNN_MEASURES, MEASURES
 from simkit.errors import SimkitError
 from simkit.metrics._checks import is_constant
+from simkit.metrics.budget import over_budget
 from simkit.metrics.cka import (
     cka_ratio,
     median_of_distances,
@@ -48,11 +49,12 @@ from simkit.metrics.predictivity import (
 )
 from simkit.metrics.rsa import check_rsa_n, kendall_tau_a, prepared, rdm_upper, undefined_reason
 from simkit.metrics.settings import MeasureSettings
-from simkit.metrics.shape import PROCRUSTES, spectrum_from_samples
+from simkit.metrics.shape import PROCRUSTES, Spectrum, spectrum_from_samples
 from simkit.metrics.streaming.common import (
     Names,
     PhaseProgress,
     Values,
+    bootstrap_rows,
     ci_summary,
     draw_perms,
     mask_constant,
@@ -101,6 +103,13 @@ class GramRows:
             if not self.sigma > 0:
                 raise SimkitError("RBF bandwidth is 0: the median pairwise distance of a layer is 0 (most "
                                   "samples are duplicates); use linear CKA for this layer")
+            if chunk >= n:  # one block holds the whole kernel: its exponentials once, centred in place
+                self.full = kernel = self._rbf(torch.arange(n, device=x.device))
+                self.row_mean = means = kernel.mean(1)
+                self.grand = means.mean()
+                kernel.sub_(means[:, None]).sub_(means[None, :]).add_(self.grand)
+                self.d2 = None
+                return
             means = torch.cat([self._rbf(torch.arange(s, min(n, s + chunk), device=x.device)).mean(1)
                                for s in range(0, n, chunk)])
             self.row_mean, self.grand = means, means.mean()
@@ -131,6 +140,40 @@ class GramRows:
         return self._rbf(idx) - self.row_mean[idx, None] - self.row_mean[None, :] + self.grand
 
 
+def _join_bases(spectra: list[Spectrum]) -> tuple[Tensor, list[int]]:
+    """The bases of ``spectra`` side by side, ``(n, Σ r_j)``, and their widths; each spectrum's ``basis``
+    becomes a view into it (no second copy is kept)."""
+    widths = [s.basis.shape[1] for s in spectra]
+    joined = torch.cat([s.basis for s in spectra], 1)
+    for s, part in zip(spectra, torch.split(joined, widths, 1), strict=True):
+        s.basis = part
+    return joined, widths
+
+
+def _whole_gram_null(grams_a: Tensor, grams_b: Tensor, perms: Tensor, null: Tensor) -> None:
+    """``null[k] (La, Lb)`` = ``Σ_ij K_ij L_{π(i)π(j)}`` for every permutation ``π = perms[k]`` from whole
+    flattened Grams ``grams_a (La, n²)``, ``grams_b (Lb, n²)``: the Grams are made once (a permutation of
+    B's samples only re-indexes them), and each draw gathers the side with fewer layers once, by one flat
+    index (``Σ_ij K_ij L_{π(i)π(j)} = Σ_kl K_{π⁻¹(k)π⁻¹(l)} L_kl``), then takes one product."""
+    n = perms.shape[1]
+    on_a = grams_a.shape[0] < grams_b.shape[0]
+    for k, pk in enumerate(perms):
+        order = torch.empty_like(pk).scatter_(0, pk, torch.arange(n, device=pk.device)) if on_a else pk
+        flat = (order[:, None] * n + order[None, :]).flatten()
+        if on_a:
+            null[k] = grams_a.index_select(1, flat) @ grams_b.T
+        else:
+            null[k] = grams_a @ grams_b.index_select(1, flat).T
+
+
+def _condensed_places(perm: Tensor, iu: Tensor, n: int) -> Tensor:
+    """Where the entries ``(π(i), π(j))``, ``i < j`` in the order of ``iu (2, m)``, sit in an upper triangle
+    stored row by row (``(n(n−1)/2,)`` entries): ``(m,)`` int64 (a distance matrix is symmetric)."""
+    a, b = perm[iu[0]], perm[iu[1]]
+    lo, hi = torch.minimum(a, b), torch.maximum(a, b)
+    return lo * n - lo * (lo + 1) // 2 + hi - lo - 1
+
+
 class Samples(NamedTuple):
     """What every family computes from: all stored samples per layer (global batch order), the null's
     permutations of B's samples (None: no null), and which layers are constant."""
@@ -151,12 +194,14 @@ class StoredPart:
     def __init__(self, metrics: list[str], mode: str, dims_a: list[int], dims_b: list[int], null: int,
                  seed: int, rbf_factor: float, knn_k: int, memory_budget_bytes: int, max_stored_n: int,
                  names: Names, reasons: dict[str, str], settings: MeasureSettings | None = None, *,
-                 moments: bool = False, own_null: dict[str, int] | None = None, groups: Tensor | None = None):
+                 moments: bool = False, own_null: dict[str, int] | None = None, groups: Tensor | None = None,
+                 blocks: Tensor | None = None):
         self.metrics, self.mode, self.dims_a, self.dims_b = metrics, mode, dims_a, dims_b
         # p-values of the CKA family from their permutation moments (gram_moments); the permutations each
         # measure draws when fewer than ``null`` (the CKA family's null then serves its best pair only);
         # the samples' group codes (permutations within groups)
         self.moments, self.own_null, self.groups = moments, own_null or {}, groups
+        self.blocks = blocks   # the rows' block ids (tokens of one sequence): the null and bootstrap keep blocks whole
         self.settings = settings or MeasureSettings()
         self.null, self.seed, self.rbf_factor, self.knn_k = null, seed, rbf_factor, knn_k
         self.budget, self.max_n, self.names, self.reasons = memory_budget_bytes, max_stored_n, names, reasons
@@ -194,7 +239,7 @@ class StoredPart:
         replicates: dict[str, list[np.ndarray]] = {m: [] for m in self.metrics}
         report = progress or _silent
         for _ in range(resamples):
-            rows = torch.randint(self.n, (self.n,), generator=generator).to(xa[0].device)
+            rows = bootstrap_rows(self.n, generator, self.blocks).to(xa[0].device)
             part = StoredPart(self.metrics, self.mode, self.dims_a, self.dims_b, 0, self.seed, self.rbf_factor,
                               self.knn_k, self.budget, self.max_n, self.names, self.reasons, self.settings)
             part.rows.hold([x[rows] for x in xa], [y[rows] for y in xb])
@@ -238,7 +283,8 @@ class StoredPart:
         perms = None
         if self.null:
             grouped = None if self.groups is None else self.groups[:n]
-            perms = draw_perms(self.null, n, perm_generator(self.seed, -1), xa[0].device, grouped)
+            blocked = None if self.blocks is None else self.blocks[:n]
+            perms = draw_perms(self.null, n, perm_generator(self.seed, -1), xa[0].device, grouped, blocked)
         samples = Samples(xa, xb, perms, const_a, const_b)
         results: dict[str, dict[str, Any]] = {}
         for family in SHARED_FAMILIES:
@@ -270,9 +316,8 @@ class StoredPart:
         la, lb = len(xa), len(xb)
         chunk = self._chunk(la + lb)
         if kind == "rbf" and 16 * n * n > self.budget:
-            raise SimkitError(f"exact rbf_cka needs the median of all {n * (n - 1) // 2} pairwise distances "
-                              f"({16 * n * n} bytes) over `memory_budget_bytes`={self.budget}; "
-                              "use `mode`=minibatch or a smaller `n`")
+            raise over_budget(f"exact rbf_cka needs the median of all {n * (n - 1) // 2} pairwise distances",
+                              16 * n * n, self.budget, first="`mode`=minibatch (rbf_cka streams there)")
         ga = [GramRows(x, kind, self.rbf_factor, chunk, bool(c)) for x, c in zip(xa, const_a, strict=True)]
         gb = [GramRows(x, kind, self.rbf_factor, chunk, bool(c)) for x, c in zip(xb, const_b, strict=True)]
         traces = GramTraces(ga, gb) if self.moments else None
@@ -291,6 +336,9 @@ class StoredPart:
             if traces is not None:
                 traces.add(rows_a, rows_b, idx)
             draws: Tensor | list[Tensor] = perms if perms is not None else []
+            if len(idx) == n and perms is not None:  # every Gram whole: re-index the side with fewer layers
+                _whole_gram_null(rows_a, rows_b, perms, null)
+                draws = []
             for k, pk in enumerate(draws):  # B's Gram with samples permuted: L[π, π], rows idx
                 rows_bk = torch.stack([g.rows(pk[idx])[:, pk] for g in gb]).reshape(lb, -1)
                 null[k].addmm_(rows_a, rows_bk.T)
@@ -368,17 +416,21 @@ class StoredPart:
             raise SimkitError(f"{', '.join(measures)} need at least 2 samples, got {n}; use more samples (`n`)")
         need = 8 * n * sum(min(n, d) for d in self.dims_a + self.dims_b)
         if need > self.budget:
-            raise SimkitError(f"{', '.join(measures)} on stored samples keep each layer's n x min(n, width) basis "
-                              f"({need} bytes > `memory_budget_bytes`={self.budget}); use a smaller `n`, "
-                              "`reduce`=mean, or no `null` (then the covariances are streamed if they fit)")
+            raise over_budget(f"{', '.join(measures)} on stored samples keep each layer's n x min(n, width) basis",
+                              need, self.budget, first="`reduce`=mean, no `null` (then the covariances are "
+                              "streamed if they fit)")
         pw = "pwcca" in measures
         bases = not set(measures) <= set(PROCRUSTES)   # Procrustes alone: the eigenvalues, E = X̃ itself
         spec_a = [spectrum_from_samples(x, pw, bases) for x in self._centred(xa)]
         spec_b = [spectrum_from_samples(y, pw, bases) for y in self._centred(xb)]
+        joined, widths = _join_bases(spec_b)
 
         def run(order: Tensor | None, warn: bool) -> dict[str, Tensor]:
-            basis_b = [s.basis if order is None else s.basis[order] for s in spec_b]
-            return shape_values(measures, spec_a, spec_b, lambda i: [spec_a[i].basis.T @ e for e in basis_b],
+            # B's bases side by side, rows permuted once per draw: one product per A layer gives its T0 with
+            # every B layer (each layer's spectrum is made once; a permutation changes the cross terms only)
+            rows_b = joined if order is None else joined[order]
+            return shape_values(measures, spec_a, spec_b,
+                                lambda i: list(torch.split(spec_a[i].basis.T @ rows_b, widths, 1)),
                                 n, self.settings, self.names, const_a, const_b, warn=warn)
 
         values = run(None, True)
@@ -405,8 +457,7 @@ class StoredPart:
         q = sum(self.dims_b)
         need = 8 * st.ridge_folds * max(d * (q + d) for d in self.dims_a)
         if need > self.budget:
-            raise SimkitError(f"ridge_r2 needs {need} bytes of per-fold moments > `memory_budget_bytes`="
-                              f"{self.budget}; use `reduce`=mean or raise `memory_budget_bytes`")
+            raise over_budget("ridge_r2 keeps per-fold moments", need, self.budget, first="`reduce`=mean")
         y = centred(xb)
         orders: list[Tensor | None] = [None, *(perms if self.null and perms is not None else [])]
         rows = [self._ridge_layer(x, y, orders) for x in xa]         # each (1 + null, Lb)
@@ -470,20 +521,27 @@ class StoredPart:
 
         result: dict[str, Any] = {"value": mask_constant(compare(ready["a"], ready["b"]), const_a, const_b)}
         if self.null and perms is not None:
-            null = torch.empty(self.null, la, lb, dtype=torch.float64, device=dev)
-            for j, b in enumerate(ready["b"]):
-                if b is None:
-                    null[:, :, j] = float("nan")
-                    self.report(f"rsa null ({self.null} permutations)", self.null, self.null * lb)
-                    continue
-                full = torch.zeros(n, n, dtype=torch.float64, device=dev)
-                full[iu[0], iu[1]] = b
-                full = full + full.T
-                for t, pk in enumerate(perms):  # B's RDM with samples permuted: entries (π(i), π(j)), i < j
-                    null[t, :, j] = compare(ready["a"], [full[pk[iu[0]], pk[iu[1]]]])[:, 0]
-                    self.report(f"rsa null ({self.null} permutations)", 1, self.null * lb)
+            null = self._rsa_null(ready["b"], perms, iu, lambda b: compare(ready["a"], [b])[:, 0], la)
             result.update(null_summary(mask_constant(null, const_a, const_b)))
         return {"rsa": result}
+
+    def _rsa_null(self, ready_b: list[Tensor | None], perms: Tensor, iu: Tensor,
+                  against_a: Callable[[Tensor], Tensor], la: int) -> Tensor:
+        """RSA's null ``(null, La, Lb)``: B's prepared RDMs with samples permuted, entries ``(π(i), π(j))``,
+        ``i < j``, read from the prepared upper triangles (ranks move with their entries), each draw's places
+        found once for all B layers, a few draws at a time (their places take the ``n × n`` bytes the budget
+        keeps for the null); ``against_a(b)`` compares one such RDM with every A layer → ``(La,)``."""
+        n, lb = perms.shape[1], len(ready_b)
+        null = torch.full((self.null, la, lb), float("nan"), dtype=torch.float64, device=perms.device)
+        step = max(1, (n * n) // max(1, iu.shape[1]))
+        for start in range(0, self.null, step):
+            places = [_condensed_places(pk, iu, n) for pk in perms[start:start + step]]
+            for j, b in enumerate(ready_b):
+                for t, where in enumerate(places, start):
+                    if b is not None:
+                        null[t, :, j] = against_a(b[where])
+                    self.report(f"rsa null ({self.null} permutations)", 1, self.null * lb)
+        return null
 
     def describe(self) -> dict[str, dict[str, Any]]:
         """How each metric was computed: its family's path (``stored-<family>``), the stored bytes, why it is

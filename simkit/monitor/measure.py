@@ -18,6 +18,7 @@ import torch
 from simkit.engine.assemble import similarity_frame
 from simkit.errors import SimkitError
 from simkit.metrics.streaming import make_accumulator
+from simkit.metrics.streaming.minibatch import GramMemo
 from simkit.settings.monitor import ProbeSettings
 
 #: the columns of the long table (``steps.csv``), in order; ``null_p95`` only with a permutation null
@@ -34,16 +35,19 @@ def check_pairs(layers: Sequence[str], reference_layers: Sequence[str], pairs: s
 
 
 def measure_step(step: int, acts: Sequence[torch.Tensor], reference: Sequence[torch.Tensor],
-                 layers: Sequence[str], reference_layers: Sequence[str], settings: ProbeSettings) -> pd.DataFrame:
+                 layers: Sequence[str], reference_layers: Sequence[str], settings: ProbeSettings,
+                 memo: GramMemo | None = None) -> pd.DataFrame:
     """The rows of one step (:data:`COLUMNS`): every layer pair's value, chance level and whether it beats
     chance (:func:`chosen_pairs` keeps those of ``settings.pairs``). acts, reference: one ``(n, d)`` tensor
-    per layer of each side, the same n samples."""
+    per layer of each side, the same n samples. memo: the reference's Grams kept between steps when the
+    reference does not change (a fixed model, the first step, the final step at the end)."""
     if acts[0].shape[0] != reference[0].shape[0]:
         raise SimkitError(f"the probe gave {acts[0].shape[0]} samples but the reference {reference[0].shape[0]}; "
                           "both must see the same probe set")
     chosen = settings.compare_settings()
     accumulator = make_accumulator(chosen, [a.shape[1] for a in acts], [r.shape[1] for r in reference],
-                                   names_a=list(layers), names_b=[f"{name} (reference)" for name in reference_layers])
+                                   names_a=list(layers), names_b=[f"{name} (reference)" for name in reference_layers],
+                                   memo_b=memo)
     device = acts[0].device
     size = settings.batch_size
     for index, start in enumerate(range(0, acts[0].shape[0], size)):

@@ -39,6 +39,7 @@ from simkit.errors import SimkitError
 from simkit.forward import Batch, batch_rows
 from simkit.io import save_torch
 from simkit.layers import resolve_layers
+from simkit.metrics.streaming.minibatch import GramMemo
 from simkit.monitor.measure import check_pairs, chosen_pairs, measure_step
 from simkit.monitor.outputs import StepsTable, matrix_png, scalars_of
 from simkit.monitor.probe import model_device, probe_activations, probe_inputs
@@ -143,6 +144,7 @@ class Monitor:
         self.table = StepsTable(self.run_dir)
         self.store = ActivationStore(self.run_dir / "activations" if self.run_dir is not None else None)
         self._reference: Acts | None = None
+        self._memo: GramMemo | None = None
         self._last_step: int | None = None
         self._seconds = 0.0
         self._locked = False
@@ -176,8 +178,9 @@ class Monitor:
             self._hold()
             self.store.add(step, acts)
         else:
-            rows = self._record(measure_step(step, acts, self._reference_acts(acts), self.layers,
-                                             self.reference_layers, self.settings))
+            reference = self._reference_acts(acts)
+            rows = self._record(measure_step(step, acts, reference, self.layers, self.reference_layers,
+                                             self.settings, self._memo))
         self._seconds += time.perf_counter() - started
         return rows
 
@@ -194,6 +197,7 @@ class Monitor:
             else:
                 assert self.reference_model is not None  # check_reference
                 self._reference = self._activations(self.reference_model, self.reference_layers)
+            self._memo = None if reference == "alongside" else GramMemo()  # a fixed reference's Grams, once
         device = model_device(self.model)
         return [r.to(device) for r in self._reference]
 
@@ -254,9 +258,10 @@ class Monitor:
         started = time.perf_counter()
         device = model_device(self.model)
         final = [a.to(device) for a in self.store.get(self.store.steps[-1])]
+        memo = GramMemo()
         for step in self.store.steps:
             acts = [a.to(device) for a in self.store.get(step)]
-            self._record(measure_step(step, acts, final, self.layers, self.layers, self.settings))
+            self._record(measure_step(step, acts, final, self.layers, self.layers, self.settings, memo))
         self.store.clear()
         self._seconds += time.perf_counter() - started
 

@@ -109,6 +109,25 @@ def test_steps_csv_holds_every_step_so_far_while_training(tmp_path):
     monitor.close()
 
 
+def test_a_fixed_references_grams_kept_between_steps_give_the_values_computed_afresh():
+    """measure_step with a GramMemo (the reference's Grams computed at the first step, reused later) gives
+    every column exactly as without it, at later steps whose activations differ."""
+    from simkit.metrics.streaming.minibatch import GramMemo
+    from simkit.monitor.measure import measure_step
+    from simkit.settings.monitor import ProbeSettings
+
+    generator = torch.Generator().manual_seed(3)
+    reference = [torch.randn(96, 7, generator=generator), torch.randn(96, 5, generator=generator)]
+    settings = ProbeSettings(batch_size=32).validate()
+    memo = GramMemo()
+    for step in range(3):
+        acts = [r + 0.5 * step * torch.randn(r.shape, generator=generator) for r in reference]
+        kept = measure_step(step, acts, reference, ["x", "y"], ["x", "y"], settings, memo)
+        fresh = measure_step(step, acts, reference, ["x", "y"], ["x", "y"], settings)
+        pd.testing.assert_frame_equal(kept, fresh)
+    assert sorted(memo.grams) == [0, 1, 2]  # three batches of 32, computed once each
+
+
 def test_wandb_offline_run_holds_each_value_and_its_chance(tmp_path, monkeypatch):
     wandb = pytest.importorskip("wandb")
     pytest.importorskip("wandb.proto.wandb_internal_pb2")

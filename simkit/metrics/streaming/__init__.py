@@ -133,7 +133,7 @@ from simkit.metrics.streaming.common import (
 )
 from simkit.metrics.streaming.features import FeaturePart, feature_path_bytes
 from simkit.metrics.streaming.folds import FoldPart, fold_path_bytes
-from simkit.metrics.streaming.minibatch import MinibatchPart
+from simkit.metrics.streaming.minibatch import GramMemo, MinibatchPart
 from simkit.metrics.streaming.pvalues import (
     Draws,
     check_groups_cover,
@@ -266,7 +266,7 @@ class Accumulator:
 def make_accumulator(settings: CompareSettings, dims_a: Sequence[int], dims_b: Sequence[int], *,
                      names_a: Sequence[str] | None = None, names_b: Sequence[str] | None = None,
                      max_stored_n: int = 50_000, groups: Sequence[Any] | Tensor | None = None,
-                     blocks: Tensor | None = None) -> Accumulator:
+                     blocks: Tensor | None = None, memo_b: GramMemo | None = None) -> Accumulator:
     """An accumulator of ``settings.metrics`` for layers of widths ``dims_a`` (model A) × ``dims_b`` (model B).
 
     settings: :class:`~simkit.metrics.settings.CompareSettings` (validated here unless it already is): the
@@ -278,7 +278,10 @@ def make_accumulator(settings: CompareSettings, dims_a: Sequence[int], dims_b: S
     every value gets a ``p_value`` (:mod:`simkit.metrics.streaming.pvalues`). blocks: ``(rows,)`` int64, the
     sequence or image each row (a token, a position) comes from, in data order: every permutation moves whole
     blocks onto blocks of the same size and a bootstrap resamples whole blocks
-    (:func:`~simkit.metrics.streaming.common.block_perms`). Paths and their memory: module docstring.
+    (:func:`~simkit.metrics.streaming.common.block_perms`). memo_b: a
+    :class:`~simkit.metrics.streaming.minibatch.GramMemo` when B's activations and batches are the same at
+    every use (a monitor's fixed reference): the minibatch path then computes B's Grams once. Paths and
+    their memory: module docstring.
     """
     if not isinstance(settings, CompareSettings):
         raise SimkitError(f"`settings` must be a CompareSettings, got {type(settings).__name__}")
@@ -292,7 +295,7 @@ def make_accumulator(settings: CompareSettings, dims_a: Sequence[int], dims_b: S
         if codes is not None:
             raise SimkitError("`groups` and `blocks` cannot restrict one null together; give one of them")
         blocks = torch.as_tensor(blocks, dtype=torch.int64).cpu()
-    parts = _parts(settings, dims_a, dims_b, names, int(max_stored_n), codes, blocks)
+    parts = _parts(settings, dims_a, dims_b, names, int(max_stored_n), codes, blocks, memo_b)
     return Accumulator(parts, list(settings.metrics), dims_a, dims_b, p_values=bool(settings.p_values),
                        groups=codes)
 
@@ -317,7 +320,8 @@ _STORED_REASONS = {"mutual_knn": "k-NN needs all samples", "jaccard_knn": "k-NN 
 
 
 def _parts(settings: CompareSettings, dims_a: list[int], dims_b: list[int], names: Names,
-           max_stored_n: int, groups: Tensor | None = None, blocks: Tensor | None = None) -> list[Part]:
+           max_stored_n: int, groups: Tensor | None = None, blocks: Tensor | None = None,
+           memo_b: GramMemo | None = None) -> list[Part]:
     """The strategies of an accumulator: each metric goes to the strategy the catalogue names for its mode
     (``simkit.catalog``), or to the stored one when its sums exceed the budget or a null is asked."""
     draws = Draws(settings, len(dims_a) * len(dims_b), groups is not None or blocks is not None)
@@ -341,7 +345,8 @@ def _parts(settings: CompareSettings, dims_a: list[int], dims_b: list[int], name
         first = routed["gram"][0]
         parts.append(MinibatchPart(routed["gram"], dims_a, dims_b, draws.of(first), settings.seed,
                                    settings.rbf_factor, names, settings.ci, settings.ci_resamples,
-                                   moments=draws.moment_matched(first), groups=groups, blocks=blocks))
+                                   moments=draws.moment_matched(first), groups=groups, blocks=blocks,
+                                   memo_b=memo_b))
     if routed["features"]:
         parts.append(FeaturePart(routed["features"], dims_a, dims_b, names, settings, settings.mode))
     if routed["folds"]:

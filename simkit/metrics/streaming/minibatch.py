@@ -66,6 +66,22 @@ def checked_grams(acts: Sequence[Tensor], names: Names, side: str) -> tuple[Tens
     return g, trace != 0
 
 
+class GramMemo:
+    """Model B's per-batch Grams (:func:`checked_grams`) kept by batch index, for a side whose activations are
+    the same at every use with the same batches: a training monitor's fixed reference, measured again at
+    every logged step. A new memo for new activations; never shared between accumulators of different
+    batchings."""
+
+    def __init__(self) -> None:
+        self.grams: dict[int, tuple[Tensor, Tensor]] = {}
+
+    def get(self, batch_index: int, acts: Sequence[Tensor], names: Names) -> tuple[Tensor, Tensor]:
+        """B's Grams of batch ``batch_index``: computed from ``acts`` the first time, then kept."""
+        if batch_index not in self.grams:
+            self.grams[batch_index] = checked_grams(acts, names, "b")
+        return self.grams[batch_index]
+
+
 def rbf_from_linear(g: Tensor, factor: float) -> Tensor:
     """RBF Grams ``(L, b, b)`` from linear Grams ``g (L, b, b)`` with per-layer median bandwidth.
 
@@ -94,8 +110,10 @@ class MinibatchPart:
 
     def __init__(self, metrics: list[str], dims_a: list[int], dims_b: list[int], null: int, seed: int,
                  rbf_factor: float, names: Names, ci: float | None = None, ci_resamples: int = 200, *,
-                 moments: bool = False, groups: Tensor | None = None, blocks: Tensor | None = None):
+                 moments: bool = False, groups: Tensor | None = None, blocks: Tensor | None = None,
+                 memo_b: GramMemo | None = None):
         self.metrics, self.dims_a, self.dims_b = metrics, dims_a, dims_b
+        self.memo_b = memo_b
         self.null, self.seed, self.rbf_factor, self.names = null, seed, rbf_factor, names
         self.ci, self.resamples = ci, ci_resamples if ci is not None else 0
         self.moments, self.groups, self.blocks = moments, groups, blocks
@@ -132,7 +150,8 @@ class MinibatchPart:
         if b < 4:
             counts[3] += 1
         ga, varied_a = checked_grams(acts_a, self.names, "a")
-        gb, varied_b = checked_grams(acts_b, self.names, "b")
+        gb, varied_b = (checked_grams(acts_b, self.names, "b") if self.memo_b is None
+                        else self.memo_b.get(batch_index, acts_b, self.names))
         s["varied_a"].add_(varied_a)
         s["varied_b"].add_(varied_b)
         perms = None

@@ -1,7 +1,53 @@
 """Standard vs invariance-aware stitching between adversarially trained (robust) and standard models.
 
-Design (written before the run; scikit-learn digits upsampled to 16×16, offline, CPU; issue #24,
-experiment 2)
+Design (issue #39, experiment 1: the IRIs bounded; written before the run. Data, models and scores as
+in the earlier design below; what changes is the IRI search, the gate before any stitch and the seeds.)
+
+Why. The earlier run (issue #24, below) never tested the premise that a standard front's IRIs are its
+seed plus a small non-robust perturbation: the IRI search had no bound around the seed (Adam at lr 0.1
+in data units, a clamp to [0, 1] only, restarts from fresh seeds), so both fronts' IRIs ended a median
+L∞ 0.91-0.97 from their seeds and B labelled 93-98 % of them as the target's class, whatever the front.
+Claims 2 and 3 were then built to fail. Now every IRI stays in an L∞ ball around the training input it
+starts from (``iri_radius`` ε, projected Adam steps of 0.1·ε, 300 steps, 3 restarts from new seeds, each
+in its own ball; tolerance 0.05, the same search for every front); an IRI that misses the tolerance
+inside its ball is counted as not reached and kept where it is.
+
+Radii. ε ∈ {0.1, 0.2} in input units: 0.1 is the robust models' training and evaluation budget (a
+standard model is ≤ 20 % accurate under PGD-10 there, so its features should move within it), 0.2 is
+twice that (a robust model's features should still mostly not).
+
+Gate (before any stitch; seed 0's four models; both stitch layers fc1_relu and fc2_relu; per ε):
+- the standard front N reaches the tolerance inside ε on at least half of its IRIs
+  (``reached_inside_radius_fraction`` ≥ 0.5) at both layers;
+- the robust front R mostly does not (< 0.5) at both layers;
+- B = R labels N's IRIs as their seed's class more often than as their target's (N→R,
+  ``b_seed_class_fraction`` > ``b_target_class_fraction``) at both layers.
+The full run stitches at every ε whose gate passes. If neither passes at 16×16, the gate is rerun at the
+earlier layer pool2 and then with 32×32 inputs (in that order), and the experiment stitches where it
+first passes; if none does, the claims are reported as "gate failed" with the gate's numbers.
+``--gate`` runs the gate alone (seed 0's models, then the bounded IRIs of the fronts N (read by B = R and
+B = N′) and R (B = R′) at both layers and both radii, through ``simkit.stitch`` with no stitch training)
+and writes its table to ``examples/results/stitching_robust_gate.txt``.
+
+Gate run (seed 0, after this design was written): it FAILED at both radii. N reached the tolerance
+inside ε on 6-9 % of its IRIs at ε 0.1 and 28-41 % at ε 0.2 (R: 6-7 % and 23-26 %); at ε 0.2 R labels
+N's IRIs as the seed's class about as often as the target's (63-65 % against 60 %), while N′ labels
+them as the target's 90 %. The IRIs took 987 s for one seed on one thread, so the 5-seed run cannot fit
+30 minutes as designed. Next, per the rule above: the gate at pool2, then 32×32 inputs.
+
+Claims (IRI arm, penalty_min, SLM/DM/FuLA, fc1_relu + fc2_relu, per ε that passed the gate; paired
+per-seed differences, 95 % t interval, the verdict rule below):
+- Claim 2: N→R and N→N′ each more than 10 points worse than R→R′;
+- Claim 3: the order R→R′ < R→N < N→R (both differences above 0).
+Claim 1 (standard arm) is unchanged and shown once. IRI diagnostics per pair, layer and ε: reached
+fraction inside ε, median L∞ from the seed, B's seed-class and target-class fractions.
+
+Budget. 5 seeds (0-4; the effects of the earlier run were within 3 SD), stitches as below (200 Adam
+steps, validation every 20). Sized from the gate's IRI time: at most 30 minutes on an idle 2-core
+machine, one torch thread; if the gate's timing says more, the stitch steps are halved before the run.
+
+Earlier design (issue #24, experiment 2; superseded for claims 2 and 3 by the unbounded IRI search
+described above; its verdicts stay in examples/results/stitching_robust.txt under "earlier run")
 
 Question. A robust model never learned the non-robust (small-perturbation) features of its data;
 a standard model relies on them. Standard stitching only asks whether A's features can drive B, so it
@@ -52,16 +98,20 @@ labelled by B as their target's class less often (N→R's target fraction below 
 
 Expected (the paper): claims 1-3 reproduced.
 
-    .venv/bin/python examples/stitching_robust.py --out runs/stitching_robust
+    .venv/bin/python examples/stitching_robust.py --gate      # the gate of issue #39 alone (seed 0)
+    .venv/bin/python examples/stitching_robust.py --out runs/stitching_robust   # the earlier design's run
 
 Writes each pair's run (``<out>/<pair>/report.html``, all seeds), the per-seed table
 ``examples/results/stitching_robust_table.csv`` and the text summary
-``examples/results/stitching_robust.txt`` (``--results``).
+``examples/results/stitching_robust.txt`` (``--results``); ``--gate`` writes
+``examples/results/stitching_robust_gate.txt``.
 """
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -93,6 +143,10 @@ PAIRS = (("R", "R2"), ("R", "N"), ("N", "R"), ("N", "N2"))
 MODELS = ("R", "R2", "N", "N2")
 EPS, TRAIN_PGD_STEPS, EVAL_PGD_STEPS = 0.1, 5, 10
 STANDARD_ROBUST_MAX, ROBUST_ROBUST_MIN = 0.20, 0.60
+RADII = (0.1, 0.2)  # the IRI balls (L∞, input units) of issue #39's experiment 1
+GATE_PAIRS = (("N", "R"), ("N", "N2"), ("R", "R2"))  # the standard front (B = R and N′) and the robust front
+GATE_REACHED = 0.5  # the standard front reaches the tolerance inside ε on at least this fraction; R below it
+GATE_RESULTS = Path("examples/results/stitching_robust_gate.txt")
 
 
 def upsampled_digits(side: int = SIDE) -> Dataset:
@@ -156,8 +210,76 @@ def diagnostics(iris: pd.DataFrame) -> Claim:
                           value("R->R2", "b_target_class_fraction"), False, 0.0, points=False)])
 
 
+def gate_rows(models: dict[tuple[str, int], nn.Module], data: Dataset, cache: Path) -> pd.DataFrame:
+    """The gate's IRI diagnostics: for every radius and gate pair, seed 0's IRIs of the front at both stitch
+    layers, made by ``simkit.stitch`` with no stitch training (least squares only; the stitches are not
+    scored here), one row per (ε, pair, layer)."""
+    rows = []
+    for radius in RADII:
+        for front, back in GATE_PAIRS:
+            settings = simkit.StitchSettings(layer_a=list(LAYERS), layer_b=list(LAYERS), objective=["dm"], iri=True,
+                                             steps=0, seed=0, iri_radius=radius, iri_norm="linf")
+            result = simkit.stitch(models[(front, 0)], models[(back, 0)], data, settings, cache_dir=cache,
+                                   progress=False, names=(front, back))
+            iris = result.tables["iris"]
+            rows += [{"eps": radius, "pair": f"{front}->{back}", **row} for row in iris.to_dict("records")]
+            print(f"gate eps {radius} {front}->{back}: done", flush=True)
+    return pd.DataFrame(rows)
+
+
+def gate_verdicts(rows: pd.DataFrame) -> dict[float, list[str]]:
+    """Per radius, the gate's failed conditions (empty: it passes), from :func:`gate_rows`."""
+    failed: dict[float, list[str]] = {}
+    for radius, part in rows.groupby("eps"):
+        def at(pair: str, column: str, part: pd.DataFrame = part) -> pd.Series:
+            return part[part.pair == pair].set_index("layer_a")[column]
+        reasons = []
+        if not (at("N->R", "reached_inside_radius_fraction") >= GATE_REACHED).all():
+            reasons.append(f"N reaches the tolerance inside eps on < {GATE_REACHED:.0%} at some layer")
+        if not (at("R->R2", "reached_inside_radius_fraction") < GATE_REACHED).all():
+            reasons.append(f"R reaches it on >= {GATE_REACHED:.0%} at some layer")
+        if not (at("N->R", "b_seed_class_fraction") > at("N->R", "b_target_class_fraction")).all():
+            reasons.append("R labels N's IRIs as the target's class at least as often as the seed's at some layer")
+        failed[float(radius)] = reasons
+    return failed
+
+
+def run_gate(args) -> None:
+    """``--gate``: seed 0's four models, their preconditions, and the gate's table and verdict per ε."""
+    clock = RunClock()
+    data = upsampled_digits()
+    assert data.test is not None
+    models = {(name, 0): train_model(k, data, args.train_steps, f"{name} seed 0", side=SIDE,
+                                     eps=EPS if name.startswith("R") else 0.0, pgd_steps=TRAIN_PGD_STEPS)
+              for k, name in enumerate(MODELS)}
+    checks, _, failed = check_models(models, data.test)
+    trained = time.perf_counter() - clock.started
+    rows = gate_rows(models, data, args.out / ".iri-cache")
+    columns = ["eps", "pair", "layer_a", "reached_inside_radius_fraction", "distance_median", "seed_linf_median",
+               "b_seed_class_fraction", "b_target_class_fraction", "median"]
+    lines = ["Gate of issue #39 experiment 1 (bounded IRIs, L∞ ball eps around the seed; seed 0; tolerance "
+             f"{simkit.StitchSettings().iri_tol}; 16x16 digits)", "", "Model checks:", *checks,
+             f"Preconditions: {'FAILED for ' + ', '.join(sorted(failed)) if failed else 'all met'}", "",
+             rows[columns].rename(columns={"median": "rel_error_median"}).to_string(index=False, float_format="%.3f"),
+             ""]
+    for radius, reasons in gate_verdicts(rows).items():
+        lines.append(f"GATE eps {radius:g}: " + ("passes" if not reasons else "fails: " + "; ".join(reasons)))
+    lines += ["", f"time: models {trained:.0f} s, IRIs {time.perf_counter() - clock.started - trained:.0f} s "
+              f"(torch threads {torch.get_num_threads()})", *clock.lines()]
+    GATE_RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    GATE_RESULTS.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def main() -> None:
+    gate = "--gate" in sys.argv  # the shared command line of the stitching examples has no such flag
+    if gate:
+        sys.argv.remove("--gate")
     args = parse_args("stitching_robust", seeds=3, description=__doc__.splitlines()[0])
+    if gate:
+        torch.set_num_threads(args.threads)
+        run_gate(args)
+        return
     torch.set_num_threads(args.threads)
     clock = RunClock()
     data = upsampled_digits()

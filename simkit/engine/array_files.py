@@ -163,9 +163,9 @@ def _npy_layer(path: Path, closers: list[Callable[[], None]]) -> LayerArray:
     than memory costs one batch of rows, not its pages held by a memory map (which count in the process's
     resident memory); a Fortran-ordered array, whose rows are not contiguous, is memory-mapped."""
     array = _load_npy(path)  # the header's checks: object arrays refused, a short file is damaged
-    if not array.flags.c_contiguous or array.ndim == 0 or array.size == 0:
+    if not isinstance(array, np.memmap) or not array.flags.c_contiguous or array.ndim == 0 or array.size == 0:
         return InMemory(array)
-    offset, dtype, shape = array.offset, array.dtype, tuple(array.shape)
+    offset, dtype, shape = int(array.offset), array.dtype, tuple(array.shape)
     row_bytes = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
     del array
     fd = os.open(path, os.O_RDONLY)

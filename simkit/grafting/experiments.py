@@ -31,6 +31,7 @@ from torch import nn
 from simkit.errors import SimkitError
 from simkit.forward import eval_mode
 from simkit.grafting.tasks import E1_MIN_VALUES, Task, save_task
+from simkit.grafting.verdict import e3_statistics
 from simkit.io import save_torch, write_json
 from simkit.progress import progress_bar
 from simkit.seeding import derive_seed
@@ -254,7 +255,8 @@ def _best_time(fn: Callable[[], Any], repeats: int = E3_REPEATS) -> float:
 
 @torch.no_grad()
 def run_e3(task: Task, s: GraftSettings) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """At every depth: graft a shadow-gated pre-norm MLP, recompute only the cone, time it."""
+    """At every depth: graft a shadow-gated pre-norm MLP, recompute only the cone, time it; the summary
+    adds the correlation's interval and the bookkeeping slope against depth (``e3_statistics``)."""
     model = task.make_model()
     try:
         sites, leaves = e3_sites(model, s, task.builtin)
@@ -273,7 +275,9 @@ def run_e3(task: Task, s: GraftSettings) -> tuple[pd.DataFrame, dict[str, Any]]:
     corr = float("nan")
     if len(frame) >= 3 and frame["cone_nodes"].nunique() > 1:
         corr = float(np.corrcoef(frame["cone_nodes"], frame["recompute_s"])[0, 1])
-    return frame, {"e3_cone_cost_correlation": corr, "e3_sites": len(frame)}
+    judged = e3_statistics(frame["depth"], frame["cone_nodes"], frame["recompute_s"],
+                           frame["bookkeeping_s"]) if len(frame) else {}
+    return frame, {"e3_cone_cost_correlation": corr, "e3_sites": len(frame), **judged}
 
 
 def _e3_site(task: Task, s: GraftSettings, leaves: list[str], depth: int, site: str,

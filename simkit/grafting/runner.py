@@ -2,7 +2,9 @@
 
 :func:`graft` returns a :class:`GraftResult` (kind "graft") with tables ``e1`` (one row per gate),
 ``e2`` (one row per arm and step: loss, α, gradients, ‖R(x)‖, undo distance |α|·mean‖R(x)‖),
-``e2_arms`` (one row per arm: first steps with gradient, final α), ``e3`` (one row per graft depth)
+``e2_arms`` (one row per arm: first steps with gradient, final α), ``e3`` (one row per graft depth,
+on a deeper copy of the built-in model with ``e3_blocks``; the summary judges its correlation and the
+bookkeeping time against depth with 95 % intervals, :func:`simkit.grafting.verdict.e3_statistics`)
 and ``f3`` (per-step losses of the three F3 runs). With ``resume`` the E2 arms continue from their
 checkpoints in the run directory (bit-identically); E1 and E3 are cheap and recomputed; F3 is about
 interruption itself and is always redone.
@@ -24,7 +26,7 @@ from simkit.data import Dataset, check_finite
 from simkit.errors import SimkitError
 from simkit.forward import check_accepts
 from simkit.grafting import experiments
-from simkit.grafting.tasks import check_rebuildable, is_builtin, make_task
+from simkit.grafting.tasks import check_rebuildable, deeper_builtin, is_builtin, make_task
 from simkit.grafting.verdict import verdict
 from simkit.models import load_model
 from simkit.provenance import Timer, run_meta, weights_words
@@ -82,6 +84,8 @@ def graft(model: nn.Module | None, data: Dataset | None, settings: GraftSettings
         check_rebuildable(model)
         task = make_task(s, model, data, progress=progress)
         check_accepts(task.make_model(), task.probe, "the model")
+        e3_task = task if s.e3_blocks is None else make_task(s, deeper_builtin(model, s.e3_blocks, s.seed), data,
+                                                             progress=progress)
     inputs = {**settings.to_dict(), "model_state": fingerprint(model),
               "data_state": None if data is None else fingerprint(data)}
     run = open_run_dir(run_dir, "graft", inputs, resume=resume)
@@ -96,7 +100,7 @@ def graft(model: nn.Module | None, data: Dataset | None, settings: GraftSettings
             with timer("e2"), cpu_seconds(cpu, "e2"):
                 e2, e2_arms, e2_summary = experiments.run_e2(task, s, None if run is None else out, resume)
             with timer("e3"), cpu_seconds(cpu, "e3"):
-                e3, e3_summary = experiments.run_e3(task, s)
+                e3, e3_summary = experiments.run_e3(e3_task, s)
             with timer("f3"), cpu_seconds(cpu, "f3"):
                 f3, f3_summary = experiments.run_f3(task, s, out)
     main = e1[e1["gate"] == s.gate].iloc[0]

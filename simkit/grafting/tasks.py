@@ -74,6 +74,19 @@ def is_builtin(model: nn.Module) -> bool:
     return isinstance(model, TinyLlama)
 
 
+def deeper_builtin(model: nn.Module, blocks: int, seed: int) -> TinyLlama:
+    """A fresh built-in model like ``model`` (its vocabulary, width, heads and max_len) with ``blocks``
+    blocks, initialised from ``seed`` (E3 at more graft depths); SimkitError for any other model."""
+    if not isinstance(model, TinyLlama):
+        raise SimkitError("`e3_blocks` deepens the built-in model for E3; a user's model is timed at its own "
+                          "modules (at most `max_e3_sites` of them): leave `e3_blocks` unset")
+    heads = next((h for m in model.modules() if isinstance(h := getattr(m, "heads", None), int)), 4)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return TinyLlama(vocab=model.vocab, d=model.embed.embedding_dim, heads=heads, blocks=blocks,
+                         max_len=model.max_len).eval()
+
+
 def copies(model: nn.Module) -> Callable[[], nn.Module]:
     """A factory of fresh copies of ``model`` as it is now (in eval mode; ``model`` is not touched)."""
     initial = copy.deepcopy(model)

@@ -6,7 +6,8 @@ the distribution of path lengths from the inputs to that node:
 
 - input: length 0 with probability 1;
 - activation (ReLU, SlopeReLU, PReLU, GELU, ...): convolve with Bernoulli(p_l), where p_l is the
-  fraction of channels with α ≠ 1 (an original ReLU or other activation counts 1);
+  fraction of channels with α ≠ 1 (with ``threshold`` > 0: with |1 − α| > threshold) (an original ReLU
+  or other activation counts 1);
 - any other op with one path input (conv, linear, batch norm, pooling, reshape, ...): unchanged
   (linear ops add 0; max-pooling is counted as 0 too [ours]);
 - a merge of several path inputs (add, cat, mul, ...): the mean of the branch distributions, so
@@ -103,14 +104,17 @@ class PathLengths:
                 "activations": [vars(a) for a in self.activations]}
 
 
-def _activation_p(node: fx.Node, gm: fx.GraphModule) -> tuple[float, int] | None:
-    """(p, channels) when ``node`` is an activation, else None (channels 0 when unknown)."""
+def _activation_p(node: fx.Node, gm: fx.GraphModule, threshold: float = 0.0) -> tuple[float, int] | None:
+    """(p, channels) when ``node`` is an activation, else None (channels 0 when unknown); slopes with
+    |1 − α| ≤ ``threshold`` count as linear (0: only α = 1)."""
     if node.op == "call_module":
         module = gm.get_submodule(str(node.target))
         if isinstance(module, SlopeReLU):
-            return module.nonlinear_fraction(), module.channels
+            return module.nonlinear_fraction(threshold), module.channels
         if isinstance(module, nn.PReLU):
-            return float((module.weight != 1).float().mean()), module.weight.numel()
+            weight = module.weight
+            nonlinear = weight != 1 if threshold == 0 else (1 - weight).abs() > threshold
+            return float(nonlinear.float().mean()), weight.numel()
         if isinstance(module, nn.LeakyReLU) and module.negative_slope == 1:
             return 0.0, 0
         if isinstance(module, ACTIVATION_MODULES):
@@ -186,11 +190,12 @@ def _mix(dists: list[np.ndarray], weights: list[float]) -> np.ndarray:
     return out
 
 
-def path_lengths(model: nn.Module, example: Batch | None = None) -> PathLengths:
+def path_lengths(model: nn.Module, example: Batch | None = None, threshold: float = 0.0) -> PathLengths:
     """NAPL, path-length distributions and activation list of ``model``'s traced graph.
 
     example: optional batch (Tensor (N, ...) or dict); when given, nodes are classified as tensors or
-    not from a real run instead of from the static shape-query rules alone.
+    not from a real run instead of from the static shape-query rules alone. threshold: a slope counts
+    as nonlinear only when |1 − α| exceeds it (0, the default: whenever α ≠ 1).
     Raises SimkitError when the model cannot be traced or no path reaches the output.
     """
     gm = model if isinstance(model, fx.GraphModule) else trace(model)
@@ -221,7 +226,7 @@ def path_lengths(model: nn.Module, example: Batch | None = None) -> PathLengths:
         if isinstance(opaque, OPAQUE_MODULES):
             warnings.warn(f"{node.target} ({type(opaque).__name__}) is one torch.fx node; "
                           "the nonlinearities inside it are not counted in NAPL", RuntimeWarning, stacklevel=2)
-        found = _activation_p(node, gm)
+        found = _activation_p(node, gm, threshold)
         if found is not None:
             p, channels = found
             dist, apl_dist = _bernoulli(dist, p), _bernoulli(apl_dist, p)

@@ -9,7 +9,11 @@ skips finished runs and continues an interrupted one. Then: test accuracy, NAPL 
 distribution (``simkit.linearization.napl``), the fraction still nonlinear per layer, optionally the
 folded network's depth and size, and linear CKA of every activation site against the original's.
 With ``recover`` > 0 each run is then fine-tuned with its slopes fixed and the penalty dropped
-(``simkit.linearization.recover``, stage ``<run stage>_recover``) and its test accuracy measured again.
+(``simkit.linearization.recover``, stage ``<run stage>_recover``) and its test accuracy measured again;
+``recover_shape`` first resets every slope not at 1 to 0 (the run's shape: linear or ReLU units) and
+``recover_val_fraction`` keeps recovery's best epoch on a validation part of the training split (drawn
+by ``derive_seed(seed, "recover-val")``; recovery then trains on the rest). ``napl_threshold`` counts a
+unit as nonlinear only when |1 − α| exceeds it (NAPL, APL, the nonlinear fractions).
 Over seeds: mean ± spread per granularity × ω (``simkit.linearization.aggregate``) and the
 channel − layer difference at matched NAPL (``simkit.linearization.matched``).
 """
@@ -39,12 +43,13 @@ from simkit.linearization.labels import omega_text, run_label, stage_name
 from simkit.linearization.matched import highest_matched, lowest_matched, matched_napl, matched_over_seeds
 from simkit.linearization.napl import PathLengths, path_lengths
 from simkit.linearization.prelu import explicit_relus, site_channels, swap_relus
-from simkit.linearization.recover import recover
+from simkit.linearization.recover import recover, recover_best, reset_shape
 from simkit.linearization.slope import FREEZE_TOL, FreezeRule, SlopeReLU, slope_modules, slope_penalty
 from simkit.linearization.units import unit_statistics
 from simkit.provenance import run_meta, weights_words
 from simkit.results import LinearizeResult
 from simkit.rundir import RunDir, fingerprint, open_run_dir
+from simkit.seeding import derive_seed
 from simkit.settings.linearize import LinearizeSettings
 from simkit.surgery import bit_mismatches
 from simkit.training import TrainConfig, TrainHistory, evaluate_accuracy, fit, train_classifier
@@ -53,7 +58,10 @@ RUN_COLUMNS = ["granularity", "omega", "napl", "nonlinear_fraction", "accuracy",
                "frozen_fraction", "mean_alpha", "bit_exact_at_start", "final_loss", "steps", "time_s", "run",
                "linearized_fraction", "mean_abs_one_minus_alpha"]
 # with ``recover`` > 0: after recovery (accuracy_recovered), its last loss and steps
-RECOVER_COLUMNS = ["accuracy_recovered", "final_loss_recovered", "steps_recovered"]
+# with ``recover_shape``: the accuracy right after the reset; with ``recover_val_fraction``: the kept step and
+# its validation accuracy
+RECOVER_COLUMNS = ["accuracy_recovered", "final_loss_recovered", "steps_recovered", "accuracy_shape_reset",
+                   "recover_best_step", "recover_val_accuracy"]
 
 # what ``linearize`` takes as its model: a module, or a factory building the model of each seed
 
@@ -232,6 +240,7 @@ def _sweep(model: ModelSource, first: nn.Module, s: LinearizeSettings, train: Da
         originals.append({"seed": seed, "accuracy": evaluate_accuracy(net, x_test, y_test),
                           "paths": original_paths, "sites": sites})
         units = {site.name: site.channels for site in sites}   # channels of each site, whatever the granularity
+        recovery_data = _recovery_split(x, y, s, seed)
         tables.dists += _dist_rows("original", original_paths, "original", float("nan"), seed)
         for granularity in granularities:
             for omega in omegas:
@@ -258,27 +267,24 @@ def _sweep(model: ModelSource, first: nn.Module, s: LinearizeSettings, train: Da
                 for layer, module in slope_modules(linear):
                     tables.layers.append({"run": label, "granularity": granularity, "omega": omega, "seed": seed,
                                           "layer": layer, "channels": units[layer], "slopes": module.channels,
-                                          "nonlinear_fraction": module.nonlinear_fraction()})
+                                          "nonlinear_fraction": module.nonlinear_fraction(s.napl_threshold)})
                 tables.history += [{"run": label, "step": k + 1, "loss": v} for k, v in enumerate(history.losses)]
                 if s.cka:
                     cka_rows = _cka_rows(label, original, linear, x_test[:s.cka_samples],
                                          [site.name for site in sites], seed, device, progress)
                     tables.cka += [{**r, "granularity": granularity, "omega": omega, "seed": seed} for r in cka_rows]
                 if s.recover > 0:   # after every measurement of the post-trained run: they stay "before"
-                    recovered = recover(linear, x, y, epochs=s.recover, lr=s.lr, batch_size=s.batch_size, seed=seed,
-                                        run_dir=run_dir,
-                                        name=stage_name(granularity, omega, seed if several else None) + "_recover",
-                                        resume=resume, progress=progress,
-                                        description=f"{label} recover [{done}/{total}]")
-                    row.update(accuracy_recovered=evaluate_accuracy(linear, x_test, y_test),
-                               final_loss_recovered=recovered.losses[-1] if recovered.losses else float("nan"),
-                               steps_recovered=recovered.steps)
+                    row.update(_recover_run(linear, recovery_data, (x_test, y_test), s, seed=seed, run_dir=run_dir,
+                                            name=stage_name(granularity, omega, seed if several else None)
+                                            + "_recover", resume=resume, progress=progress,
+                                            description=f"{label} recover [{done}/{total}]"))
                 row["time_s"] = timings[label] = time.perf_counter() - t0
                 tables.runs.append(row)
     timings["total"] = time.perf_counter() - started
     meta = run_meta(model=model_name, data=data_name, granularities=granularities, omegas=omegas,
                     epochs=s.epochs, lr=s.lr, slope_lr=s.slope_lr, batch_size=s.batch_size, eps=s.eps,
-                    freeze_tol=s.freeze_tol, fold=s.fold, train_epochs=s.train, seed=s.seed, seeds=seeds,
+                    freeze_tol=s.freeze_tol, napl_threshold=s.napl_threshold, fold=s.fold, train_epochs=s.train,
+                    seed=s.seed, seeds=seeds,
                     seed_models=seed_models, weights=_weights(first, s, seed_models), n_train=len(x),
                     n_test=len(x_test), device=str(device),
                     settings=s.to_dict(), timings=timings)
@@ -288,13 +294,13 @@ def _sweep(model: ModelSource, first: nn.Module, s: LinearizeSettings, train: Da
 def _measure(linear: nn.Module, x_test: Tensor, y_test: Tensor, example: Tensor, units: dict[str, int],
              s: LinearizeSettings) -> dict[str, Any]:
     """What one post-trained run measures: accuracy, path lengths (``paths``), slope statistics, fold."""
-    paths = path_lengths(linear, example)
+    paths = path_lengths(linear, example, s.napl_threshold)
     slopes = list(slope_modules(linear))
     alphas = torch.cat([m.effective_alpha().detach() for _, m in slopes])
     row: dict[str, Any] = {
-        "napl": paths.napl, "nonlinear_fraction": _unit_fraction(slopes, units),
+        "napl": paths.napl, "nonlinear_fraction": _unit_fraction(slopes, units, s.napl_threshold),
         "accuracy": evaluate_accuracy(linear, x_test, y_test), "apl": paths.apl,
-        "active_layers": sum(m.nonlinear_fraction() > 0 for _, m in slopes),
+        "active_layers": sum(m.nonlinear_fraction(s.napl_threshold) > 0 for _, m in slopes),
         "frozen_fraction": float(torch.cat([m.frozen for _, m in slopes]).float().mean()),
         "mean_alpha": float(alphas.mean()), "paths": paths, **unit_statistics(slopes, units)}
     if s.fold:
@@ -360,10 +366,49 @@ def _interval_keys(prefix: str, row: dict[str, Any] | None, seeds: int) -> dict[
             f"{prefix}_verdict": None if row is None else str(row["verdict"])}
 
 
-def _unit_fraction(slopes: Sequence[tuple[str, SlopeReLU]], units: dict[str, int]) -> float:
-    """Fraction of all activation units (channels of every site) still nonlinear (α ≠ 1)."""
+def _unit_fraction(slopes: Sequence[tuple[str, SlopeReLU]], units: dict[str, int], threshold: float = 0.0) -> float:
+    """Fraction of all activation units (channels of every site) still nonlinear (α ≠ 1; with
+    ``threshold`` > 0, |1 − α| > threshold)."""
     total = sum(units[name] for name, _ in slopes)
-    return sum(m.nonlinear_fraction() * units[name] for name, m in slopes) / total
+    return sum(m.nonlinear_fraction(threshold) * units[name] for name, m in slopes) / total
+
+
+def _recovery_split(x: Tensor, y: Tensor, s: LinearizeSettings,
+                    seed: int) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor] | None]:
+    """(inputs, labels recovery trains on, validation (x_val, y_val) or None): with
+    ``recover_val_fraction`` > 0 a random part of the training split (at least one sample, drawn by
+    ``derive_seed(seed, "recover-val")``) is held out; else everything trains and nothing validates."""
+    if s.recover == 0 or s.recover_val_fraction == 0:
+        return x, y, None
+    n_val = max(1, round(s.recover_val_fraction * len(x)))
+    if n_val >= len(x):
+        raise SimkitError(f"`recover_val_fraction` {s.recover_val_fraction:g} leaves no training sample of "
+                          f"{len(x)}; lower it")
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(derive_seed(seed, "recover-val")))
+    val, fit_part = order[:n_val].to(x.device), order[n_val:].to(x.device)
+    return x[fit_part], y[fit_part], (x[val], y[val])
+
+
+def _recover_run(linear: nn.Module, data: tuple[Tensor, Tensor, tuple[Tensor, Tensor] | None],
+                 test: tuple[Tensor, Tensor], s: LinearizeSettings, **stage: Any) -> dict[str, Any]:
+    """Recover one post-trained run (after its "before" measurements) and return its recovery columns:
+    ``accuracy_recovered`` (test), the last loss and steps; with ``recover_shape`` the shape reset first
+    (``accuracy_shape_reset``); with a validation split the best epoch kept (``recover_best_step``,
+    ``recover_val_accuracy``). ``stage``: seed, run_dir, name, resume, progress, description."""
+    x, y, validation = data
+    row: dict[str, Any] = {}
+    if s.recover_shape:
+        reset_shape(linear)
+        row["accuracy_shape_reset"] = evaluate_accuracy(linear, *test)
+    if validation is None:
+        history = recover(linear, x, y, epochs=s.recover, lr=s.lr, batch_size=s.batch_size, **stage)
+    else:
+        kept = recover_best(linear, x, y, validation, epochs=s.recover, lr=s.lr, batch_size=s.batch_size, **stage)
+        history = kept.history
+        row.update(recover_best_step=kept.best_step, recover_val_accuracy=kept.val_accuracy)
+    return {"accuracy_recovered": evaluate_accuracy(linear, *test),
+            "final_loss_recovered": history.losses[-1] if history.losses else float("nan"),
+            "steps_recovered": history.steps, **row}
 
 
 def _dist_rows(label: str, paths: PathLengths, granularity: str, omega: float, seed: int) -> list[dict[str, Any]]:

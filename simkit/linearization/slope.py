@@ -57,9 +57,13 @@ class SlopeReLU(nn.Module):
             alpha = alpha.view([1, -1] + [1] * (x.dim() - 2))
         return torch.relu(x) - alpha * torch.relu(-x)
 
-    def nonlinear_fraction(self) -> float:
-        """Fraction of slopes with α ≠ 1 (the activation's p_l)."""
-        return float((self.effective_alpha() != 1).float().mean())
+    def nonlinear_fraction(self, threshold: float = 0.0) -> float:
+        """Fraction of slopes counted nonlinear (the activation's p_l): α ≠ 1, or with ``threshold`` > 0
+        only |1 − α| > threshold (a slope that close to 1 counts as linear)."""
+        alpha = self.effective_alpha()
+        if threshold == 0:
+            return float((alpha != 1).float().mean())
+        return float(((1 - alpha).abs() > threshold).float().mean())
 
     @torch.no_grad()
     def freeze(self, previous: Tensor | None = None, tol: float = FREEZE_TOL) -> int:

@@ -68,6 +68,27 @@ def verdict_sentence(summary: dict[str, Any], settings: dict[str, Any]) -> str:
     return f"{where}: {summary.get('verdict', '?')}."
 
 
+def _finite(*values: Any) -> bool:
+    return all(isinstance(v, int | float) and math.isfinite(v) for v in values)
+
+
+def _e3_interval(summary: dict[str, Any]) -> str:
+    """`` (95 % interval [low, high], Fisher z)`` when the summary has it, else nothing."""
+    low, high = summary.get("e3_cone_cost_correlation_low"), summary.get("e3_cone_cost_correlation_high")
+    return f" (95 % interval [{low:.3f}, {high:.3f}], Fisher z)" if _finite(low, high) else ""
+
+
+def _bookkeeping(summary: dict[str, Any]) -> str:
+    """``; bookkeeping …`` (its median, slope per depth with its 95 % interval and verdict) when measured."""
+    keys = ("e3_bookkeeping_median_s", "e3_bookkeeping_slope_s", "e3_bookkeeping_slope_low", "e3_bookkeeping_slope_high")
+    values: list[Any] = [summary.get(k) for k in keys]
+    if not _finite(*values):
+        return ""
+    median_ms, slope_us, low_us, high_us = (scale * float(v) for scale, v in zip((1e3, 1e6, 1e6, 1e6), values, strict=True))
+    return (f"; the graft's bookkeeping took a median {median_ms:.3g} ms, {slope_us:+.3g} µs per depth "
+            f"(95 % interval [{low_us:+.3g}, {high_us:+.3g}]): {summary.get('e3_bookkeeping_verdict')}")
+
+
 def findings(summary: dict[str, Any], settings: dict[str, Any]) -> list[str]:
     """Three sentences: the verdict; E1 and E2 as measured; E3 and F3 as measured."""
     if "verdict" not in summary:  # a result from before the verdict keys existed
@@ -81,8 +102,9 @@ def findings(summary: dict[str, Any], settings: dict[str, Any]) -> list[str]:
                f"{_n(summary.get('e2_net2net_branch_first_grad_step'))}, and the double-zero arm's largest "
                f"gradient was {_n(dz)}{' (exactly zero: nothing trains)' if dz == 0 else ''}.")
     corr = summary.get("e3_cone_cost_correlation")
-    e3 = (f"recompute time against cone size correlates at {corr:.3f} over {_n(summary.get('e3_sites'))} graft "
-          "depths" if isinstance(corr, int | float) and math.isfinite(corr) else "E3 measured no correlation")
+    e3 = (f"recompute time against cone size correlates at {corr:.3f}{_e3_interval(summary)} over "
+          f"{_n(summary.get('e3_sites'))} graft depths{_bookkeeping(summary)}"
+          if isinstance(corr, int | float) and math.isfinite(corr) else "E3 measured no correlation")
     f3 = (f"the run killed after step {_n(summary.get('f3_killed_after_step'))} and resumed in a new process "
           f"from step {_n(summary.get('f3_resumed_from_step'))} is "
           f"{'bit-identical to' if summary.get('f3_resume_bit_identical') else 'not bit-identical to'} the "

@@ -226,11 +226,21 @@ def _difference_sentence(summary: dict[str, Any], table: pd.DataFrame, n_test: i
             "penalty and penalty_min, whose reference both arms share): " + "; ".join(parts) + ".")
 
 
+def iri_search(iris: pd.DataFrame | None) -> str:
+    """How the run's IRIs were searched, from its ``iris`` table: "unbounded search", or "inside an L∞
+    ball of radius 0.1 around their seeds" (a bounded run's table has ``radius`` and ``norm``)."""
+    if iris is None or "radius" not in iris.columns or not len(iris):
+        return "unbounded search"
+    norm = {"linf": "L∞", "l2": "L2"}.get(str(iris.norm.iloc[0]), str(iris.norm.iloc[0]))
+    return f"inside an {norm} ball of radius {float(iris.radius.iloc[0]):.3g} around their seeds"
+
+
 def _iri_sentence(summary: dict[str, Any], iris: pd.DataFrame | None) -> str | None:
     converged = summary.get("iri_converged_fraction")
     if converged is None:
         return None
-    text = f"IRIs reached their tolerance on at least {100 * converged:.1f} % of inputs at every layer of A"
+    text = (f"IRIs ({iri_search(iris)}) reached their tolerance on at least {100 * converged:.1f} % of inputs "
+            "at every layer of A")
     if iris is not None and "seed_linf_median" in iris.columns and len(iris):
         text += (f"; they lie a median L∞ {iris.seed_linf_median.median():.3g} (L2 {iris.seed_l2_median.median():.3g}) "
                  f"from the inputs they started from, in input units, and B labels "
@@ -341,7 +351,8 @@ def _limits(ex: dict[str, Any]) -> tuple[float, float]:
 
 
 POINT_COLUMNS = ("stitched_accuracy", "b_accuracy", "a_accuracy", "penalty", "penalty_min")
-PERCENT_COLUMNS = ("reached_fraction", "iri_converged_fraction", "b_target_class_fraction", "b_seed_class_fraction")
+PERCENT_COLUMNS = ("reached_fraction", "iri_converged_fraction", "b_target_class_fraction", "b_seed_class_fraction",
+                   "reached_inside_radius_fraction")
 
 
 def _in_points(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -403,6 +414,7 @@ def context(result) -> dict[str, Any]:
                      ("stitch training", meta.get("train")),
                      ("stitch budget", validation if validation else "all steps (no validation split)"),
                      ("IRI generation", iri_meta or "not run"),
+                     ("IRI search", iri_search(result.tables.get("iris")) if iri_meta else "not run"),
                      ("input value range", f"{' to '.join(map(plain_text, meta.get('value_range') or []))} "
                                            f"({meta.get('value_range_source')})"),
                      ("how B was cut", meta.get("cut")), ("seeds", seeds),

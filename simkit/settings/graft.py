@@ -69,6 +69,9 @@ class GraftSettings(Settings):
     allow_double_zero: bool = option(False, Flag(), "Allow the double-zero gate (only to demonstrate that nothing "
                                      "trains).")
     max_e3_sites: int = option(12, Integer(ge=1), "Graft depths timed by E3 on a user's model.", cli=False)
+    e3_blocks: int | None = option(None, Optional(Integer(ge=1)), "E3 on a deeper built-in model: a fresh one "
+                                   "like MODEL (same width, heads, vocabulary; seeded by --seed) with this many "
+                                   "blocks, timed at each of its blocks + 1 depths (unset: MODEL itself).")
     threads: int = option(1, Integer(ge=1), "Torch intra-op threads of the suite and of each F3 worker process "
                           "(F3 runs two side by side; the count can change the last bits of reductions, so it is "
                           "recorded and a resume must keep it).", cli=False)

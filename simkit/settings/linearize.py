@@ -11,7 +11,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simkit.options import Flag, Integer, Names, Numbers, Real, Settings, option, seed_option, seeds_option
+from simkit.errors import SimkitError
+from simkit.options import (
+    Flag,
+    Integer,
+    Names,
+    Numbers,
+    Real,
+    Settings,
+    option,
+    rule,
+    seed_option,
+    seeds_option,
+)
 
 #: how many slopes α an activation site gets: one per channel, or one for the whole site
 GRANULARITIES = ("channel", "layer")
@@ -41,6 +53,12 @@ class LinearizeSettings(Settings):
     recovery after post-training (0: none): every run's slopes are fixed as they ended (linear units
     stay linear, the others keep their α), the penalty is dropped and the weights are fine-tuned with
     cross-entropy alone; the runs table then has ``accuracy_recovered`` beside ``accuracy`` (before).
+    recover_shape: before recovery, keep the units at α = 1 linear and reset every other α to 0 (a
+    ReLU), so recovery fine-tunes the network of the shape post-training found (``accuracy_shape_reset``:
+    right after the reset); recover_val_fraction: hold out this fraction of the training split and keep
+    recovery's best epoch on it (``recover_best_step``, ``recover_val_accuracy``; 0: keep the last);
+    napl_threshold: NAPL, APL and the nonlinear fractions count a unit as nonlinear only when
+    |1 − α| exceeds it (0: whenever α ≠ 1, the paper's count).
     """
 
     granularity: list[str] = option(list(GRANULARITIES), Names(GRANULARITIES, kind="granularity"),
@@ -64,6 +82,21 @@ class LinearizeSettings(Settings):
     recover: float = option(0.0, Real(ge=0), "After post-training, fine-tune each run's weights for this many "
                             "epochs with its slopes fixed and no penalty (0: no recovery); runs.csv adds "
                             "accuracy_recovered.")
+    recover_shape: bool = option(False, Flag(), "With --recover: before recovery, units at α = 1 stay linear and "
+                                 "every other α is reset to 0 (a ReLU), all slopes fixed (compare shapes, not "
+                                 "partial slopes); runs.csv adds accuracy_shape_reset.")
+    recover_val_fraction: float = option(0.0, Real(ge=0, lt=1), "With --recover: hold out this fraction of the "
+                                         "training split and keep recovery's best epoch on it (0: keep the "
+                                         "last epoch).")
+    napl_threshold: float = option(0.0, Real(ge=0), "Count a unit as nonlinear in NAPL, APL and the nonlinear "
+                                   "fractions only when |1 − α| exceeds this (0: whenever α ≠ 1).")
+
+    @rule
+    def _recovery_options_need_recovery(self) -> None:
+        """``recover_shape`` and ``recover_val_fraction`` shape a recovery: they need ``recover`` > 0."""
+        if self.recover == 0 and (self.recover_shape or self.recover_val_fraction > 0):
+            raise SimkitError("`recover_shape` and `recover_val_fraction` shape the recovery; "
+                              "set `recover` to its epochs (> 0) or leave them off")
 
     def granularities(self) -> list[str]:
         """The granularities to run, each once, in the order given."""

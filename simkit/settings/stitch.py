@@ -41,9 +41,11 @@ INITS = ("lstsq", "default")
 IRI_SEEDS = ("data", "noise")
 #: how an IRI is optimised (``simkit.stitching.iri``)
 IRI_OPTIMIZERS = ("sgd", "adam")
+#: the norm of the ball a bounded IRI stays in around its seed (``IRISettings.radius``)
+IRI_NORMS = ("linf", "l2")
 #: the prefix of :class:`IRISettings`' fields in :class:`StitchSettings`
 IRI_PREFIX = "iri_"
-__all__ = ["INITS", "IRI_OPTIMIZERS", "IRI_PREFIX", "IRI_SEEDS", "OBJECTIVES", "IRISettings", "ModuleNames",
+__all__ = ["INITS", "IRI_NORMS", "IRI_OPTIMIZERS", "IRI_PREFIX", "IRI_SEEDS", "OBJECTIVES", "IRISettings", "ModuleNames",
            "StitchSettings", "iri_option", "layer_names"]
 
 
@@ -53,7 +55,9 @@ class IRISettings(Settings):
     steps: max updates per batch; tol: relative-error target; seed: 'data' (another training input) or
     'noise' (uniform over the data range); optimizer: 'adam' or 'sgd' (the spec's step); step_size: sgd
     step; lr: adam learning rate; batch_size: samples optimised together; restarts: new seeds for samples
-    still above ``tol`` after ``steps`` updates."""
+    still above ``tol`` after ``steps`` updates. radius: None (unbounded search) or the radius of the ball
+    (``norm`` linf or l2, data units) around its seed that each IRI stays in; radius_step: the step inside
+    the ball as a fraction of the radius (Adam's learning rate, or the sgd step's length)."""
 
     steps: int = option(300, Integer(ge=0), "Max IRI optimisation steps per attempt.")
     tol: float = option(0.05, Real(ge=0), "IRI relative-error tolerance (early stop).")
@@ -66,6 +70,24 @@ class IRISettings(Settings):
     batch_size: int = option(256, Integer(ge=1), "Inputs optimised together.")
     restarts: int = option(3, Integer(ge=0), "Restart inputs still above --iri-tol from a new seed, up to this "
                            "many times.")
+    radius: float | None = option(None, Optional(Real(gt=0)), "Keep each IRI inside a ball of this radius around "
+                                  "its seed (data units; projected steps; unset: unbounded search).")
+    norm: str = option("linf", Choice(IRI_NORMS), "The ball's norm with --iri-radius: linf or l2.")
+    radius_step: float = option(0.1, Real(gt=0, le=1), "With --iri-radius: the step as a fraction of the radius "
+                                "(Adam's learning rate, or the sgd step's length).")
+
+    @rule
+    def _radius_needs_data_seed(self) -> None:
+        """A ball is centred on a training input: ``radius`` needs ``seed`` data."""
+        check_radius_seed(self.radius, self.seed, "")
+
+
+def check_radius_seed(radius: float | None, seed: str, prefix: str) -> None:
+    """Refuse a bounded search (``radius`` set) that starts from noise: the ball is centred on the training
+    input an IRI starts from. ``prefix``: the fields' prefix in the settings class checked."""
+    if radius is not None and seed != "data":
+        raise SimkitError(f"`{prefix}radius` bounds IRIs around the training input they start from; "
+                          f"use `{prefix}seed` data (or drop `{prefix}radius`)")
 
 
 def iri_option(name: str) -> Any:
@@ -141,6 +163,9 @@ class StitchSettings(Settings):
     iri_lr: float = iri_option("lr")
     iri_batch_size: int = iri_option("batch_size")
     iri_restarts: int = iri_option("restarts")
+    iri_radius: float | None = iri_option("radius")
+    iri_norm: str = iri_option("norm")
+    iri_radius_step: float = iri_option("radius_step")
     n: int | None = n_option()
     seed: int = seed_option()
     tokens: bool = option(False, Flag(), "Read 2-D activations (T, d) as tokens (a linear stitch) rather than "
@@ -172,6 +197,11 @@ class StitchSettings(Settings):
         if len(names_a) != len(names_b) and 1 not in (len(names_a), len(names_b)):
             raise SimkitError(f"`layer_a` has {len(names_a)} names and `layer_b` {len(names_b)}; "
                               "give lists of the same length (or one name to pair with all)")
+
+    @rule
+    def _iri_radius_needs_data_seed(self) -> None:
+        """A ball is centred on a training input: ``iri_radius`` needs ``iri_seed`` data."""
+        check_radius_seed(self.iri_radius, self.iri_seed, IRI_PREFIX)
 
     @property
     def objectives(self) -> list[str]:

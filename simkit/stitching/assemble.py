@@ -182,15 +182,18 @@ def summarize(table: pd.DataFrame, objectives: list[str], arms: list[str], a_acc
               for m in ("penalty", "penalty_min")} for arm in arms}
     accuracies = {"model A": a_acc, "model B": b_acc} if not out.several else {
         f"model {m} (seed {r['seed']})": r[f"{m.lower()}_accuracy"] for m in ("A", "B") for r in out.accuracies}
-    summary["warnings"] = run_warnings(accuracies, labels, converged, medians, tol)
+    radius = next((s.radius for s in out.iri_sets.values()), None)
+    summary["warnings"] = run_warnings(accuracies, labels, converged, medians, tol, radius)
     return summary
 
 
 def _iri_table(out: ArmRows) -> pd.DataFrame:
     """One row per (seed, layer of A) with IRIs: their summary, tolerance, cache use and diagnostics
-    (distance from the seed input, B's labels on them)."""
+    (distance from the seed input, B's labels on them); a bounded search adds ``radius``, ``norm``,
+    ``reached_inside_radius_fraction`` and ``distance_median`` (in the ball's norm)."""
     return pd.DataFrame([{"layer_a": la, **s.summary(), "iri_converged_fraction": s.summary()["reached_fraction"],
                           "tol": s.tol, "cache": out.iri_cache[(seed, la)]["cache"], "seed": seed,
+                          **({} if s.radius is None else {"norm": s.norm}),
                           **out.iri_diagnostics.get((seed, la), {})}
                          for (seed, la), s in out.iri_sets.items()])
 

@@ -36,10 +36,11 @@ def at_chance(accuracy: float, labels: Tensor) -> bool:
 
 
 def run_warnings(accuracies: Mapping[str, float], labels: Tensor | None, converged: Mapping[str, float],
-                 medians: Mapping[str, float], tol: float) -> list[str]:
+                 medians: Mapping[str, float], tol: float, radius: float | None = None) -> list[str]:
     """One sentence per problem: each model (name → accuracy on the evaluation labels ``(n,)``) at
     chance, each layer of A (name → converged fraction, name → median relative error) whose IRIs
-    reached ``tol`` on fewer than :data:`IRI_CONVERGED_TARGET` of the inputs."""
+    reached ``tol`` on fewer than :data:`IRI_CONVERGED_TARGET` of the inputs (``radius``: the ball of a
+    bounded search, where that may be the finding itself)."""
     found = []
     if labels is not None:
         chance = chance_accuracy(labels)
@@ -52,6 +53,13 @@ def run_warnings(accuracies: Mapping[str, float], labels: Tensor | None, converg
         if fraction < IRI_CONVERGED_TARGET:
             found.append(f"IRIs at A.{layer} reached the tolerance {tol:g} on only {fraction:.1%} of inputs "
                          f"(median relative error {medians[layer]:.3g}): the invariance-aware arm there is "
-                         "not trained on identically represented inputs; raise `iri_steps` or `iri_restarts` "
-                         "(or use `iri_optimizer` adam if sgd was chosen)")
+                         "not trained on identically represented inputs; " + _iri_remedy(radius))
     return found
+
+
+def _iri_remedy(radius: float | None) -> str:
+    """What to do about IRIs that missed their tolerance: more steps, or (bounded) read it as the finding."""
+    if radius is None:
+        return "raise `iri_steps` or `iri_restarts` (or use `iri_optimizer` adam if sgd was chosen)"
+    return (f"inside the ball of radius {radius:g} around their seeds this may be the finding (no such input "
+            "lies that close); raise `iri_steps` or `iri_radius` to search further")

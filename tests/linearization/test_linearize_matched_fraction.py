@@ -24,11 +24,11 @@ def runs() -> pd.DataFrame:
 
 def test_value_compares_the_recovered_accuracy_with_the_same_matching():
     table = runs()
-    recovered = matched_napl(table, value="accuracy_recovered")
+    recovered = matched_napl(table, value="accuracy_recovered", duplicates="mean")
     # the same as matching a table whose accuracy column holds the recovered accuracies
-    swapped = matched_napl(table.assign(accuracy=table["accuracy_recovered"]))
+    swapped = matched_napl(table.assign(accuracy=table["accuracy_recovered"]), duplicates="mean")
     pd.testing.assert_frame_equal(recovered, swapped)
-    before = matched_napl(table)
+    before = matched_napl(table, duplicates="mean")
     assert not before["layer_accuracy"].equals(recovered["layer_accuracy"])
     seed0 = recovered[recovered["seed"] == 0].set_index("napl")
     # NAPL 3: both channel runs there (mean of 0.93 and 0.95) against the layer run's 0.90
@@ -47,7 +47,7 @@ def test_value_compares_the_recovered_accuracy_with_the_same_matching():
 
 
 def test_channel_omega_names_the_runs_behind_each_match():
-    matched = matched_napl(runs())
+    matched = matched_napl(runs(), duplicates="mean")
     seed0 = matched[matched["seed"] == 0].set_index("napl")
     assert seed0.loc[3.0, "how"] == "exact" and seed0.loc[3.0, "channel_omega"] == "0.01, 0.02"
     assert seed0.loc[2.0, "how"] == "interpolated" and seed0.loc[2.0, "channel_omega"] == "0.05 | 0.01, 0.02"
@@ -58,7 +58,7 @@ def test_channel_omega_names_the_runs_behind_each_match():
 
 
 def test_equal_fraction_linearized_with_the_recovered_accuracy():
-    by_fraction = matched_napl(runs(), x="linearized_fraction", value="accuracy_recovered")
+    by_fraction = matched_napl(runs(), x="linearized_fraction", value="accuracy_recovered", duplicates="mean")
     assert "napl" not in by_fraction.columns and "channel_omega" in by_fraction.columns
     seed0 = by_fraction[by_fraction["seed"] == 0].set_index("linearized_fraction")
     # fraction 0.5 lies halfway between the channel points at 0.25 (0.94) and 0.75 (0.80)
@@ -69,3 +69,14 @@ def test_equal_fraction_linearized_with_the_recovered_accuracy():
     assert seed1["channel_accuracy"] == pytest.approx(0.94 + 0.75 * (0.85 - 0.94))
     over = matched_over_seeds(by_fraction, x="linearized_fraction")
     assert over.loc[over["linearized_fraction"] == 0.5, "matched_seeds"].item() == 2
+
+
+def test_the_default_match_uses_the_weakest_omega_at_each_point():
+    weakest = matched_napl(runs(), value="accuracy_recovered")
+    seed0 = weakest[weakest["seed"] == 0].set_index("napl")
+    # NAPL 3: the channel run at ω 0.01 alone (0.93), not the mean with ω 0.02's 0.95
+    assert seed0.loc[3.0, "channel_accuracy"] == pytest.approx(0.93)
+    assert seed0.loc[3.0, "channel_omega"] == "0.01" and seed0.loc[3.0, "channel_runs"] == 2
+    # NAPL 2: interpolated halfway between NAPL 1 (0.80) and the weakest run at NAPL 3 (0.93)
+    assert seed0.loc[2.0, "channel_accuracy"] == pytest.approx(0.865)
+    assert seed0.loc[2.0, "channel_omega"] == "0.05 | 0.01"

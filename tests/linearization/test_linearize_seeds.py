@@ -42,14 +42,20 @@ def runs_frame(rows) -> pd.DataFrame:
 # matched NAPL: duplicates, per seed, over seeds
 
 
-def reference_match(channel: list[tuple[float, float]], napl: float) -> tuple[float, str]:
-    """Channel accuracy at ``napl`` from (napl, accuracy) pairs, written from the definition: runs at
-    the same NAPL are one point (their mean); exact point, else interpolation, else the nearest point."""
-    points: dict[float, list[float]] = {}
-    for x, a in channel:
-        points.setdefault(x, []).append(a)
+def one_point(runs: list[tuple[float, float]], rule: str) -> float:
+    """(ω, accuracy) runs at one NAPL as one accuracy: the weakest ω's, or the mean."""
+    return min(runs)[1] if rule == "weakest" else float(np.mean([a for _, a in runs]))
+
+
+def reference_match(channel: list[tuple[float, float, float]], napl: float, rule: str = "mean") -> tuple[float, str]:
+    """Channel accuracy at ``napl`` from (ω, napl, accuracy) runs, written from the definition: runs at
+    the same NAPL are one point (the weakest ω's or their mean); exact point, else interpolation, else the
+    nearest point."""
+    points: dict[float, list[tuple[float, float]]] = {}
+    for w, x, a in channel:
+        points.setdefault(x, []).append((w, a))
     xs = sorted(points)
-    ys = [float(np.mean(points[x])) for x in xs]
+    ys = [one_point(points[x], rule) for x in xs]
     if napl in points:
         return ys[xs.index(napl)], "exact"
     if xs[0] < napl < xs[-1]:
@@ -66,7 +72,7 @@ def test_duplicate_napl_values_are_one_point_each():
         (0, "channel", 0.3, 3.0, 0.9),
         (0, "layer", 0.1, 2.0, 0.5), (0, "layer", 0.2, 2.0, 0.7),         # two layer runs at NAPL 2
         (0, "layer", 0.3, 1.0, 0.4), (0, "layer", 0.4, 4.0, 0.95)])
-    matched = matched_napl(runs)
+    matched = matched_napl(runs, duplicates="mean")
     assert matched["napl"].tolist() == [1.0, 2.0, 4.0]
     assert matched["how"].tolist() == ["exact", "interpolated", "nearest"]
     # NAPL 1: the mean of 0.6 and 0.8; NAPL 2: halfway between that mean (0.7) and 0.9; NAPL 4: nearest (3 → 0.9)
@@ -76,8 +82,14 @@ def test_duplicate_napl_values_are_one_point_each():
     assert matched["channel_runs"].tolist() == [2, 3, 1]
     assert matched["difference"].tolist() == pytest.approx([0.3, 0.2, -0.05])
     # np.interp over the raw duplicate x values would depend on their order: the table does not
-    shuffled = matched_napl(runs.iloc[[6, 2, 1, 4, 0, 5, 3]])
+    shuffled = matched_napl(runs.iloc[[6, 2, 1, 4, 0, 5, 3]], duplicates="mean")
     pd.testing.assert_frame_equal(shuffled, matched)
+    # the default: the weakest ω at each point (NAPL 1: ω 0.1's 0.6; NAPL 2 layer: ω 0.1's 0.5)
+    weakest = matched_napl(runs)
+    assert weakest["channel_accuracy"].tolist() == pytest.approx([0.6, 0.75, 0.9])
+    assert weakest["layer_accuracy"].tolist() == pytest.approx([0.4, 0.5, 0.95])
+    assert weakest["layer_runs"].tolist() == [1, 2, 1] and weakest["layer_omega"].tolist() == ["0.3", "0.1", "0.4"]
+    pd.testing.assert_frame_equal(matched_napl(runs.iloc[[6, 2, 1, 4, 0, 5, 3]]), weakest)
 
 
 napls = st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0])
@@ -85,26 +97,28 @@ run_rows = st.lists(st.tuples(st.sampled_from([0, 1]), st.sampled_from(["channel
                               st.floats(0, 1)), min_size=2, max_size=14)
 
 
-@given(run_rows, st.randoms())
+@given(run_rows, st.randoms(), st.sampled_from(["weakest", "mean"]))
 @settings(max_examples=80, deadline=None)
-def test_matched_napl_follows_the_definition_and_ignores_row_order(rows, rnd):
-    runs = runs_frame([(s, g, float(i), x, a) for i, (s, g, x, a) in enumerate(rows)])
-    matched = matched_napl(runs)
+def test_matched_napl_follows_the_definition_and_ignores_row_order(rows, rnd, rule):
+    omegas = list(range(len(rows)))
+    rnd.shuffle(omegas)                               # the weakest ω is not the first row listed
+    runs = runs_frame([(s, g, float(omegas[i]), x, a) for i, (s, g, x, a) in enumerate(rows)])
+    matched = matched_napl(runs, duplicates=rule)
     order = list(range(len(runs)))
     rnd.shuffle(order)
-    pd.testing.assert_frame_equal(matched_napl(runs.iloc[order]), matched)
+    pd.testing.assert_frame_equal(matched_napl(runs.iloc[order], duplicates=rule), matched)
     expected = []
     for seed in sorted({r[0] for r in rows}):
-        channel = [(x, a) for s, g, x, a in rows if s == seed and g == "channel"]
-        layer: dict[float, list[float]] = {}
-        for s, g, x, a in rows:
+        channel = [(float(omegas[i]), x, a) for i, (s, g, x, a) in enumerate(rows) if s == seed and g == "channel"]
+        layer: dict[float, list[tuple[float, float]]] = {}
+        for i, (s, g, x, a) in enumerate(rows):
             if s == seed and g == "layer":
-                layer.setdefault(x, []).append(a)
+                layer.setdefault(x, []).append((float(omegas[i]), a))
         if not channel or not layer:
             continue
         for x in sorted(layer):
-            acc, how = reference_match(channel, x)
-            expected.append((seed, x, float(np.mean(layer[x])), acc, how))
+            acc, how = reference_match(channel, x, rule)
+            expected.append((seed, x, one_point(layer[x], rule), acc, how))
     assert len(matched) == len(expected)
     for row, (seed, x, layer_acc, acc, how) in zip(matched.itertuples(), expected, strict=True):
         assert (row.seed, row.napl, row.how) == (seed, x, how)

@@ -16,7 +16,8 @@ from simkit.settings.linearize import DEFAULT_OMEGAS, GRANULARITIES, LinearizeSe
 DEFAULT_RECORD = {
     "granularity": ["channel", "layer"], "omega": [1e-4, 1e-3, 1e-2, 1e-1], "epochs": 5.0, "train": 0.0,
     "lr": 1e-3, "slope_lr": 1e-2, "batch_size": 128, "fold": False, "cka": True, "seed": 0, "seeds": 1,
-    "eps": 1e-3, "freeze_tol": 0.01, "cka_samples": 512, "recover": 0.0,
+    "eps": 1e-3, "freeze_tol": 0.01, "cka_samples": 512, "recover": 0.0, "recover_shape": False,
+    "recover_val_fraction": 0.0, "napl_threshold": 0.0,
 }
 
 

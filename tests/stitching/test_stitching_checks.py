@@ -247,5 +247,5 @@ def test_single_run_report_leads_with_penalties_and_iri_quality():
     assert "standard" in findings[0] and "invariance-aware" in findings[0] and "binomial SE" in findings[0]
     assert findings[1].startswith("Invariance-aware minus standard penalty, paired by seed")
     assert "one seed: binomial SE" in findings[1] and "beyond noise" not in findings[1]
-    assert "IRIs reached their tolerance" in findings[2] and "median L∞" in findings[2]
+    assert "IRIs (unbounded search) reached their tolerance" in findings[2] and "median L∞" in findings[2]
     assert context(result)["cautions"] == result.summary["warnings"]

@@ -30,14 +30,34 @@ from simkit.metrics.streaming.common import Names, PhaseProgress, Values, mask_c
 from simkit.metrics.streaming.shapes import shape_notes, shape_settings, shape_values
 from simkit.metrics.streaming.state import ShiftedSums, State
 
+#: Rows of the cross sum centred at a time in :meth:`FeaturePart._cross_blocks` (a slab that stays in cache).
+SLAB_BYTES = 1 << 22
+
 
 def feature_path_bytes(dims_a: Sequence[int], dims_b: Sequence[int], itemsize: int = 4) -> int:
-    """Peak bytes of the exact feature-space path: the float64 sums (each batch's cross product is added to
-    them in place), one batch's self products (in the activations' dtype and in float64), one layer block
-    at the end, and the small vectors."""
+    """Bytes the exact feature-space path is budgeted (the routing's estimate, an upper bound of its peak):
+    the float64 sums (each batch's products are added to them in place), ``(16 + itemsize)`` bytes per
+    self-block entry (room for one layer's centred covariance and its decomposition at the end; no longer
+    a per-batch copy, so this bound is loose), one A layer's centred cross block at the end (the shape
+    measures'), and the small vectors."""
     p, q = sum(dims_a), sum(dims_b)
     return 8 * p * q + (16 + itemsize) * (sum(d * d for d in dims_a) + sum(d * d for d in dims_b)) \
         + 16 * max(dims_a) * q + 16 * (p + q) * (len(dims_a) + len(dims_b) + 2)
+
+
+def _equal_width_runs(dims: list[int]) -> list[tuple[int, int, int, int]]:
+    """Consecutive layers of equal width: ``(first column, offset in the flattened self blocks, width,
+    count)`` per run."""
+    runs: list[tuple[int, int, int, int]] = []
+    start = off = 0
+    for w in dims:
+        if runs and runs[-1][2] == w:
+            first, first_off, _, count = runs[-1]
+            runs[-1] = (first, first_off, w, count + 1)
+        else:
+            runs.append((start, off, w, 1))
+        start, off = start + w, off + w * w
+    return runs
 
 
 def _cross_terms(c: Tensor, dx: Tensor, dy: Tensor, dims_a: list[int],
@@ -71,7 +91,7 @@ def _shift_sums(s: dict[str, Tensor], terms: tuple[Tensor, Tensor], dx: Tensor, 
     """Re-reference the feature-path sums ``s`` (taken about shifts c_x, c_y) to ``c_x − dx, c_y − dy``.
 
     In place on every entry of ``s`` except ``"cross"``; ``terms`` are the two terms the shift takes from
-    the cross sum, ``(cy (P, Lb), cx (Q, La))`` (:func:`_cross_terms`, or from the batch's own features).
+    the cross sum, ``(cy (P, Lb), cx (Q, La))`` (:func:`_cross_terms`).
     Returns ``(U (P, 2), V (2, Q))``: the new cross sum is ``c + U @ V``.
     Exact algebra in float64 with x'' = x' + δ, y'' = y' + ε (u = x'·δ, v = y'·ε per layer).
     """
@@ -164,78 +184,88 @@ class FeaturePart:
         s.add("x_rx", p)                   # Σ_r x_r ‖x_r‖² (own layer)
         s.add("y_ry", q)
         self.seg_a, self.seg_b = segments(dims_a), segments(dims_b)
+        self._runs = {"x": _equal_width_runs(dims_a), "y": _equal_width_runs(dims_b)}
+        self._onehots: dict[tuple[str, torch.device], Tensor] = {}
 
-    def _side(self, acts: Sequence[Tensor], side: str, bs: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        """Concatenate one model's layers, centre them on the batch mean, put this side's sums in ``bs``.
+    def _about_shift(self, acts: Sequence[Tensor], side: str) -> Tensor:
+        """One model's layers concatenated, in float64, about this side's reference shift ``c``: ``x' = x − c``
+        ``(b, P)``.
 
-        The batch's sums are taken about its own mean ``m``: the centring ``x̃ = x − m`` and every product
-        of ``x̃`` run in float64 (exact for a constant column), so they depend on the batch alone and any
-        split of the data into batches gives the same sums up to float64 rounding, for float32 activations
-        too. Returns (x̃ (b, P) float64, δ = m − c (P,) float64: the shift to apply).
+        The first batch sets ``c`` to its own mean. The difference is one float64 rounding of the exact
+        (float32 or float64) activation, and exactly zero for a column equal to ``c``. Raises for a
+        non-finite column sum (naming the layer) before any sum is touched.
         """
-        seg, dims = (self.seg_a, self.dims_a) if side == "x" else (self.seg_b, self.dims_b)
+        seg = self.seg_a if side == "x" else self.seg_b
         xd = torch.cat([a.detach().to(torch.float64) for a in acts], 1)
-        mean = xd.mean(0)
-        xd.sub_(mean)
-        offset = self.s.offset(side, mean)
-        bs["s" + side] = col = xd.sum(0)
-        bad = torch.nonzero(~torch.isfinite(col)).flatten()[:1].tolist()  # one sum per column
+        if self.s.shift[side] is None:
+            self.s.offset(side, xd.mean(0))  # the first batch's mean becomes the reference shift
+        xd.sub_(self.s.shifts()["xy".index(side)].to(xd.device))
+        bad = torch.nonzero(~torch.isfinite(xd.sum(0))).flatten()[:1].tolist()  # one sum per column
         if bad:
             raise self.names.non_finite("a" if side == "x" else "b", int(seg[bad[0]]))
-        rows = segsum(xd * xd, seg, len(dims), 1)
-        bs["t" + side] = rows.sum(0)
-        bs[f"rr_{side}{side}"] = (rows * rows).sum(0)
-        bs[f"{side}_r{side}"] = (xd * rows[:, seg]).sum(0)
-        bs[f"_rows_{side}"] = rows
-        blocks = torch.empty(sum(d * d for d in dims), dtype=torch.float64, device=xd.device)
-        start = off = 0
-        for d in dims:  # per-layer self products
-            sl = slice(start, start + d)
-            torch.mm(xd[:, sl].T, xd[:, sl], out=blocks[off:off + d * d].view(d, d))
-            start, off = start + d, off + d * d
-        bs["self_" + side] = blocks
-        return xd, offset
+        return xd
+
+    def _onehot(self, side: str, device: torch.device) -> Tensor:
+        """The layer indicator of this side's columns, ``(P, L)`` float64 (built once per device):
+        ``t @ onehot`` sums ``t``'s columns per layer."""
+        key = (side, device)
+        if key not in self._onehots:
+            seg, count = (self.seg_a, len(self.dims_a)) if side == "x" else (self.seg_b, len(self.dims_b))
+            onehot = torch.zeros(len(seg), count, dtype=torch.float64, device=device)
+            onehot[torch.arange(len(seg), device=device), seg.to(device)] = 1.0
+            self._onehots[key] = onehot
+        return self._onehots[key]
+
+    def _add_side(self, xd: Tensor, side: str) -> Tensor:
+        """Add one side's own sums (``s``, ``t``, ``rr``, the self blocks) of ``xd (b, P)``, taken about the
+        reference shift; returns each row's squared norm per layer ``(b, L)``."""
+        s = self.s
+        rows = (xd * xd) @ self._onehot(side, xd.device)
+        s["s" + side].add_(xd.sum(0))
+        s["t" + side].add_(rows.sum(0))
+        s[f"rr_{side}{side}"].add_((rows * rows).sum(0))
+        blocks = s["self_" + side]
+        for start, off, width, count in self._runs[side]:  # layers of one width: one batched product
+            x = xd[:, start:start + count * width].unflatten(1, (count, width)).transpose(0, 1)  # (k, b, w)
+            blocks[off:off + count * width * width].view(count, width, width).baddbmm_(x.transpose(1, 2), x)
+        return rows
 
     def update(self, acts_a: Sequence[Tensor], acts_b: Sequence[Tensor], b: int, batch_index: int,
                offset: int = 0) -> None:
+        """Add one batch (L_a tensors ``(b, p_i)``, L_b tensors ``(b, q_j)``) to the sums, in place.
+
+        Every sum is taken about the reference shifts (``x' = x − c_x``, ``y' = y − c_y``, float64) and each
+        product is added straight into its float64 sum (``addmm_``/``baddbmm_``, no per-batch copy of a
+        P×Q or p×p block): the cross sum ``Σ x'y'ᵀ`` is one ``(P, b) @ (b, Q)`` product over all layer
+        pairs, each run of equal-width layers' self blocks one batched product, and the per-row norms'
+        sums ``Σ x' ‖y'‖²`` of both models one ``(P, b) @ (b, L_a + L_b)`` product.
+
+        Error bound: ``x'`` carries one float64 rounding (exactly zero for a column equal to ``c``) and a
+        product sum over the batch's ``b`` rows is off by at most ``γ_b·Σ_r |x'_r||y'_r|``, ``γ_b ≈ b·2⁻⁵³``
+        (typically ``√b·2⁻⁵³``), per entry of every sum. That is the order of the earlier per-batch
+        centring (``x − m``, then an exact-algebra rank-2 move ``b·δεᵀ`` to ``c``, itself rounded at
+        ``2⁻⁵³·b|δ||ε|``), so any split of the data into batches still gives the same sums to float64
+        rounding once they are about the same shifts, for float32 activations too (what the agreement
+        tests pin, to 1e-12). Products in float32 on these differences would be about twice as fast per
+        GEMM but off by ``γ_b`` with ``2⁻²⁴`` (≈ 4·10⁻⁶ relative at b = 64): far outside that contract.
+        """
         s = self.s
         dev = acts_a[0].device
         s.to(dev)
         self.seg_a, self.seg_b = self.seg_a.to(dev), self.seg_b.to(dev)
-        bs: dict[str, Tensor] = {"n": torch.full((1,), float(b), dtype=torch.float64, device=dev)}
-        xd, dx = self._side(acts_a, "x", bs)
-        yd, dy = self._side(acts_b, "y", bs)
-        rx, ry = bs.pop("_rows_x"), bs.pop("_rows_y")
-        bs["rr_xy"] = rx.T @ ry
-        bs["x_ry"] = xd.T @ ry
-        bs["y_rx"] = yd.T @ rx
-        shifted = bool((dx != 0).any() or (dy != 0).any())  # move the batch's sums to the reference shifts
-        terms = self._add_cross(xd, yd, bs, dx, dy, shifted)
-        if terms is not None:
-            _shift_sums(bs, terms, dx, dy, self.dims_a, self.dims_b, self.seg_a, self.seg_b)
-        for key, value in bs.items():
-            s[key].add_(value)
-
-    def _add_cross(self, xd: Tensor, yd: Tensor, bs: dict[str, Tensor], dx: Tensor, dy: Tensor,
-                   shifted: bool) -> tuple[Tensor, Tensor] | None:
-        """Add the batch's cross product ``x̃ᵀỹ`` and, when ``shifted``, its move to the reference shifts
-        (``+ U V``, :func:`_shift_sums`) to the cross sum in ONE float64 product ``[x̃ᵀ U] [ỹ; V]`` of the
-        batch-centred features (``x̃``, ``ỹ`` ``(b, P)``, ``(b, Q)`` float64): the P×Q sum is read and written
-        once per batch, and every term depends on the batch alone. Returns the shift terms
-        ``(cy (P, Lb), cx (Q, La))`` (``Σ_r x̃_r v_r``, ``Σ_r ỹ_r u_r``, from the same float64 features), or
-        None when not ``shifted``."""
-        total = self.s["cross"]
-        if not shifted:
-            total.addmm_(xd.T, yd)
-            return None
-        b = float(bs["n"].item())
-        u = torch.stack([bs["sx"], dx], 1)                     # (P, 2), the batch's own column sums
-        v = torch.stack([dy, bs["sy"] + b * dy], 0)            # (2, Q)
-        total.addmm_(torch.cat([xd.T, u], 1), torch.cat([yd, v], 0))
-        seg_a, seg_b = self.seg_a, self.seg_b
-        v_rows = segsum(yd * dy, seg_b, len(self.dims_b), 1)   # (b, Lb): v_r = ỹ_r·ε per B layer
-        u_rows = segsum(xd * dx, seg_a, len(self.dims_a), 1)   # (b, La): u_r = x̃_r·δ per A layer
-        return xd.T @ v_rows, yd.T @ u_rows
+        xd = self._about_shift(acts_a, "x")
+        yd = self._about_shift(acts_b, "y")
+        s["n"].add_(float(b))
+        rx, ry = self._add_side(xd, "x"), self._add_side(yd, "y")
+        s["rr_xy"].addmm_(rx.T, ry)
+        la, lb = len(self.dims_a), len(self.dims_b)
+        x_rows = xd.T @ torch.cat([rx, ry], 1)                   # (P, La + Lb): Σ x' ‖x'‖², Σ x' ‖y'‖²
+        y_rows = yd.T @ torch.cat([ry, rx], 1)
+        s["x_ry"].add_(x_rows[:, la:])
+        s["y_rx"].add_(y_rows[:, lb:])
+        s["x_rx"].add_(x_rows[:, :la].gather(1, self.seg_a[:, None]).squeeze(1))  # own layer only
+        s["y_ry"].add_(y_rows[:, :lb].gather(1, self.seg_b[:, None]).squeeze(1))
+        s["cross"].addmm_(xd.T, yd)
 
     @staticmethod
     def _constant(blocks: Tensor, sums: Tensor, shift: Tensor, dims: list[int], n: float) -> Tensor:
@@ -339,22 +369,37 @@ class FeaturePart:
                 out[m]["chance"] = cca_chance(values[m], spec_a, spec_b, n).cpu().numpy()
         return out
 
+    def _cross_blocks(self, mux: Tensor, muy: Tensor, n: float, seg_b: Tensor, lb: int) -> tuple[Tensor, Tensor]:
+        """Per layer pair ``(La, Lb)``: ``‖C_c‖²`` of the centred cross block ``C_c = C − n·μx μyᵀ`` and
+        ``μxᵀ C μy``, from the cross sum ``C`` about the reference shifts.
+
+        One pass over ``C`` in slabs of rows of at most :data:`SLAB_BYTES` (the centred slab is squared and
+        summed while in cache, never a copy of a whole layer's P×Q block); the slab's columns are summed
+        per A layer, then per B layer.
+        """
+        cross = self.s["cross"]
+        q = cross.shape[1]
+        colsq = torch.zeros(len(self.dims_a), q, dtype=torch.float64, device=cross.device)
+        proj = torch.zeros_like(colsq)
+        step = max(1, SLAB_BYTES // (8 * q))
+        buf = torch.empty(min(step, max(self.dims_a)), q, dtype=torch.float64, device=cross.device)
+        start = 0
+        for i, d in enumerate(self.dims_a):
+            for lo in range(start, start + d, step):
+                hi = min(lo + step, start + d)
+                c, u = cross[lo:hi], mux[lo:hi]
+                proj[i].addmv_(c.T, u)
+                centred = torch.addr(c, u, muy, alpha=-n, out=buf[:hi - lo])
+                colsq[i].add_(centred.square_().sum(0))
+            start += d
+        return segsum(colsq, seg_b, lb, 1), segsum(proj * muy, seg_b, lb, 1)
+
     def _cka(self, metrics: list[str], n: float, la: int, lb: int, seg_a: Tensor, seg_b: Tensor) -> Values:
         s = self.s
         mux, muy = s["sx"] / n, s["sy"] / n
         mxn, myn = segsum(mux * mux, seg_a, la, 0), segsum(muy * muy, seg_b, lb, 0)
         nx, ny = s["tx"] - n * mxn, s["ty"] - n * myn  # ‖X_c‖², ‖Y_c‖²
-        # cross terms, one A layer (all B layers) at a time: ‖C_c‖² and μxᵀ C μy per block
-        fro = torch.empty(la, lb, dtype=torch.float64, device=mux.device)
-        quad = torch.empty_like(fro)
-        start = 0
-        for i, d in enumerate(self.dims_a):
-            c = s["cross"][start:start + d]
-            u = mux[start:start + d]
-            centred = c - n * torch.outer(u, muy)
-            fro[i] = segsum((centred * centred).sum(0), seg_b, lb, 0)
-            quad[i] = segsum((u @ c) * muy, seg_b, lb, 0)
-            start += d
+        fro, quad = self._cross_blocks(mux, muy, n, seg_b, lb)
         fro_a, quad_a = self._self_terms(s["self_x"], mux, self.dims_a, n)
         fro_b, quad_b = self._self_terms(s["self_y"], muy, self.dims_b, n)
         # ⟨rowsq(X_c), rowsq(Y_c)⟩ expanded in the sums about the reference shifts

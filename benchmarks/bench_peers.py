@@ -12,13 +12,18 @@ measure differently the difference is printed and the note says why it is not 0)
 The peers live in the benchmark's own environment, never in simkit's dependencies::
 
     python3 -m venv /work/peers-venv
-    /work/peers-venv/bin/pip install -e /work/main ckatorch rsatoolbox scikit-learn repsim deep-reps
+    /work/peers-venv/bin/pip install -e /work/main ckatorch rsatoolbox scikit-learn repsim deep-reps dcor \
+        calibrated_similarity
     /work/peers-venv/bin/python benchmarks/bench_peers.py            # n = 2000, 4 x 4 layers, 256-512 wide
 
 (``deep-reps`` imports ``open_clip`` in its package ``__init__`` for a CLIP wrapper the measures do not
 use; the script loads its measure modules without it.) A peer that is not installed is skipped with a
 line saying so. Not on PyPI, so not compared: netrep (shape metric, Procrustes), ReSi, platonic-rep
-(mutual k-NN) and Google's svcca code; ``shape_metric`` and ``mutual_knn`` have no peer here.
+(mutual k-NN, cknna, cycle_knn) and Google's svcca code; ``shape_metric``, ``mutual_knn``, ``cknna``,
+``cycle_knn``, ``information_imbalance`` and ``bures_similarity`` have no installable peer here (the tests
+check the last four against float64 references written from their papers). The last line compares
+p-values and the calibrated score with the calibrated-similarity package (Gröger et al.) fed simkit's own
+permutations (:func:`calibration_agreement`).
 
 Usage: python benchmarks/bench_peers.py [--n 2000] [--layers 4] [--widths 256,320,384,512] [--threads 2]
                                         [--measures linear_cka,...] [--results benchmarks/results/bench_peers.txt]
@@ -55,6 +60,8 @@ PEERS: dict[str, list[tuple[str, str, str]]] = {
             ("repsim", "repsim", "Yanai's GCD (sum rho^2 / min(p_x, p_y)): same definition; all pairs in one call")],
     "svcca": [("repsim", "repsim", "mean rho^2 (Yanai) of its SVCCA: not simkit's mean rho, so not 0")],
     "pwcca": [("repsim", "repsim", "its PWCCA weighting")],
+    "distance_correlation": [("dcor", "dcor", "u_distance_correlation_sqr (bias-corrected squared dCor*): same "
+                                              "definition")],
     "jaccard_knn": [("deep-reps", "deep_reps", f"k = {KNN_K} Euclidean neighbours of the raw rows (simkit: of "
                                                "Huh et al.'s normalised rows)")],
 }
@@ -165,6 +172,10 @@ def peer_values(measure: str, peer: str, xa, xb):
         return pairs(ridge_sklearn, xa, xb)
     if peer == "repsim":
         return repsim_block(measure, xa, xb)
+    if peer == "dcor":
+        import dcor
+
+        return pairs(lambda x, y: dcor.u_distance_correlation_sqr(x.double().numpy(), y.double().numpy()), xa, xb)
     dr = load_deep_reps()
 
     def unit(x):
@@ -177,6 +188,50 @@ def peer_values(measure: str, peer: str, xa, xb):
         return pairs(lambda x, y: dr.cca_measures.compute_yanai_cca(x.double(), y.double()) * x.shape[1]
                      / min(x.shape[1], y.shape[1]), xa, xb)
     return pairs(lambda x, y: dr.neighbors_measures.knn_jaccard_similarity(x, y, KNN_K), xa, xb)
+
+
+def calibration_agreement(xa, xb, batch: int, say, permutations: int = 199) -> None:
+    """p-values and the calibrated score against the calibrated-similarity package (Gröger et al.,
+    ``calibrate``; issue #36): procrustes on every pair, the package fed simkit's own permutations, so both
+    sides see the same null draws and only the calibration differs. Times: simkit's accumulator with its
+    null (every pair in one pass) against the package's loop over pairs with the same measure function."""
+    try:
+        import calibrated_similarity
+        from calibrated_similarity import calibrate
+    except ImportError:
+        say("calibrated-similarity: not installed (pip install calibrated_similarity): p-value agreement skipped")
+        return
+    import numpy as np
+
+    from simkit.engine.significance import p_value_columns
+    from simkit.metrics import procrustes
+    from simkit.metrics.settings import CompareSettings
+    from simkit.metrics.streaming import make_accumulator
+    from simkit.metrics.streaming.common import draw_perms, perm_generator
+
+    settings = CompareSettings(metrics=["procrustes"], mode="exact", null=permutations, p_values=True,
+                               correction="none", seed=0)
+    started = time.perf_counter()
+    acc = make_accumulator(settings, [x.shape[1] for x in xa], [y.shape[1] for y in xb])
+    for s in range(0, len(xa[0]), batch):
+        acc.update([x[s:s + batch] for x in xa], [y[s:s + batch] for y in xb])
+    ours = p_value_columns("procrustes", acc.compute()["procrustes"], "none")
+    t_ours = time.perf_counter() - started
+    perms = draw_perms(permutations, len(xa[0]), perm_generator(0, -1), "cpu")
+    p_theirs, score_theirs = np.empty((len(xa), len(xb))), np.empty((len(xa), len(xb)))
+    started = time.perf_counter()
+    for i, x in enumerate(xa):
+        for j, y in enumerate(xb):
+            draws = iter(perms)
+            score, p, _ = calibrate(x.double(), y.double(), procrustes, K=permutations, alpha=0.05, smax=1.0,
+                                    perm_fn=lambda n, device, draws=draws: next(draws))
+            p_theirs[i, j], score_theirs[i, j] = float(p), float(score)
+    t_theirs = time.perf_counter() - started
+    dp = np.abs(ours["p_value"] - p_theirs).max()
+    dc = np.abs(ours["calibrated"] - score_theirs).max()
+    say(f"{'calibration':<14} {'calibrated-similarity ' + calibrated_similarity.__version__:<24} simkit {t_ours:8.2f} s  "
+        f"peer {t_theirs:8.2f} s  ratio {t_theirs / t_ours:7.1f}  max |p diff| {dp:.2e}  max |calibrated diff| {dc:.2e}"
+        f"  (procrustes, K = {permutations} shared permutations; the package keeps values in float32)")
 
 
 def timed(fn: Callable):
@@ -193,6 +248,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=250)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--measures", default=",".join(MEASURES))
+    parser.add_argument("--skip", default="", help="calibration: skip the p-value agreement with calibrated-similarity")
     parser.add_argument("--results", type=Path, default=Path(__file__).parent / "results" / "bench_peers.txt")
     args = parser.parse_args()
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -233,6 +289,8 @@ def main() -> None:
                 theirs, theirs_s = timed(lambda m=measure, p=peer: peer_values(m, p, xa, xb))
             diff = float(np.nanmax(np.abs(np.asarray(theirs, dtype=float) - ours)))
             say(f"{measure:13s} {peer:13s} {ours_s:9.2f} {theirs_s:9.2f} {theirs_s / ours_s:11.1f} {diff:11.2e}  {note}")
+    if "calibration" not in args.skip:
+        calibration_agreement(xa, xb, args.batch_size, say)
     args.results.parent.mkdir(parents=True, exist_ok=True)
     with args.results.open("a") as f:
         f.write("\n".join(lines) + "\n")

@@ -7,7 +7,11 @@ pass is timed and its activations are kept, and every configuration is then fed 
 default compare (linear + unbiased CKA, minibatch), each measure alone, and all of them together. For
 each: the accumulator's seconds during the pass (``update``), at the end (``compute``), their sum
 relative to the two models' forward passes, the path each measure took and the memory it held
-(``state_bytes`` / ``stored_bytes`` of ``describe()``).
+(``state_bytes`` / ``stored_bytes`` of ``describe()``). A configuration that draws K ≥ 2 permutations
+(``--null K`` or ``--null default``) is run once more without a null: its null's cost per permutation,
+``s/perm`` = (seconds with K − seconds without a null) / K, is printed beside ``perms`` = K (what the null adds,
+per permutation, to the measure without one, whose path may differ: a null sends the streamed measures
+to their stored paths).
 
 Usage: python benchmarks/bench_measures.py [--n 1024] [--size 64] [--null 0|default] [--measures a,b,...]
                                           [--results benchmarks/results/bench_measures.txt]
@@ -50,7 +54,7 @@ def forward_pass(n: int, size: int, batch: int):
     return batches, seconds
 
 
-def measure(batches, metrics: list[str], mode: str, null: int, batch: int) -> dict:
+def measure(batches, metrics: list[str], mode: str, null: int | None, batch: int) -> dict:
     """Seconds of update and compute of one accumulator fed every batch, and what describe() says."""
     import warnings
 
@@ -73,7 +77,19 @@ def measure(batches, metrics: list[str], mode: str, null: int, batch: int) -> di
     nan = sum(int((v["value"] != v["value"]).sum()) for v in values.values())
     held = max(d.get("state_bytes", 0) + d.get("stored_bytes", 0) for d in method.values())
     return {"update": update, "compute": final, "paths": ",".join(sorted({d["path"] for d in method.values()})),
-            "bytes": held, "nan": nan, "pairs": len(dims_a) * len(dims_b) * len(metrics)}
+            "bytes": held, "nan": nan, "pairs": len(dims_a) * len(dims_b) * len(metrics),
+            "perms": max(int(d.get("null") or 0) for d in method.values())}
+
+
+def per_permutation(batches, metrics: list[str], mode: str, batch: int, first: dict) -> str:
+    """Seconds per permutation of the null of a configuration measured (``first``) with K ≥ 2 permutations:
+    the difference to a run without a null, over K; "-" without a null."""
+    draws = first["perms"]
+    if draws < 2:
+        return "-"
+    bare = measure(batches, metrics, mode, 0, batch)
+    extra = first["update"] + first["compute"] - bare["update"] - bare["compute"]
+    return f"{extra / draws:.4f}"
 
 
 def main() -> None:
@@ -108,12 +124,14 @@ def main() -> None:
     chosen = [m for m in args.measures.split(",") if m] or list(METRICS)
     configs = [("default (linear_cka,unbiased_cka)", ["linear_cka", "unbiased_cka"], "minibatch"),
                *((m, [m], "exact") for m in chosen), (f"all {len(chosen)} together", chosen, "exact")]
-    say(f"{'measure':36s} {'update s':>9s} {'compute s':>10s} {'x forward':>10s} {'MiB held':>9s} {'NaN':>5s}  path")
+    say(f"{'measure':36s} {'update s':>9s} {'compute s':>10s} {'x forward':>10s} {'MiB held':>9s} {'NaN':>5s} "
+        f"{'perms':>6s} {'s/perm':>8s}  path")
     for label, metrics, mode in configs:
         r = measure(batches, metrics, mode, args.null, args.batch_size)
         total = r["update"] + r["compute"]
+        cost = per_permutation(batches, metrics, mode, args.batch_size, r)
         say(f"{label:36s} {r['update']:9.3f} {r['compute']:10.3f} {total / forward:10.3f} "
-            f"{r['bytes'] / 2**20:9.1f} {r['nan']:5d}  {r['paths']}")
+            f"{r['bytes'] / 2**20:9.1f} {r['nan']:5d} {r['perms']:6d} {cost:>8s}  {r['paths']}")
     args.results.parent.mkdir(parents=True, exist_ok=True)
     with args.results.open("a") as f:
         f.write("\n".join(lines) + "\n")

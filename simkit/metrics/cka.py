@@ -61,9 +61,9 @@ def sq_distances(gram_rows: Tensor, sq: Tensor, idx: Tensor) -> Tensor:
     (leading layer axes allowed): ``(sq_i + sq_j − 2 K_ij)`` clamped at 0, exactly 0 at ``(k, idx[k])``
     (self-distances). The one distance formula of the module and of the streaming accumulators.
     """
-    d2 = (sq[..., idx, None] + sq[..., None, :] - 2.0 * gram_rows).clamp_min(0.0)
-    off = torch.arange(sq.shape[-1], device=idx.device)[None, :] != idx[:, None]
-    return d2 * off.to(d2.dtype)
+    d2 = (sq[..., idx, None] + sq[..., None, :] - 2.0 * gram_rows).clamp_min_(0.0)
+    d2[..., torch.arange(len(idx), device=idx.device), idx] = 0.0
+    return d2
 
 
 def _sq_distances(x: Tensor) -> Tensor:

@@ -241,6 +241,32 @@ class SampleFolds:
         return _r2(sse, sst)[0]
 
 
+def residual_form(x: Tensor | None, n: int, folds: int, ridge_lambda: float) -> Tensor:
+    """The ``(n, n)`` form ``Q = Σ_f O_fᵀ O_f`` of one A layer's held-out residuals: for any targets ``Y (n, q)``
+    the summed squared residuals of :class:`SampleFolds` are ``⟨Q, Y Yᵀ⟩`` (``O_f Y`` the residuals of fold
+    ``f``: ``O_f = S_te − (H_f C_tr + 11ᵀ/n_t) S_tr``, ``H_f`` its held-out map, ``C_tr`` the training
+    centring). So a permutation of the targets' samples, ``⟨Q, Y[π]Y[π]ᵀ⟩``, only re-indexes B's Gram.
+    ``x (n, d)`` centred float64; None: the training means alone (``H_f = 0``), whose form gives the held-out
+    variance ``Σ_f ‖Y_te − ȳ_tr‖²``."""
+    dev = x.device if x is not None else None
+    out = torch.zeros(n, n, dtype=torch.float64, device=dev)
+    maps: list[tuple[Tensor, Tensor, Tensor | None]]
+    if x is not None:
+        maps = list(SampleFolds(x, folds, ridge_lambda).maps)
+    else:
+        fold = torch.arange(n, device=dev) % folds
+        maps = [(torch.nonzero(fold == f).flatten(), torch.nonzero(fold != f).flatten(), None) for f in range(folds)]
+    for test, train, held in maps:
+        o = torch.zeros(len(test), n, dtype=torch.float64, device=dev)
+        o[torch.arange(len(test), device=dev), test] = 1.0
+        spread = torch.full((len(test), len(train)), 1.0 / len(train), dtype=torch.float64, device=dev)
+        if held is not None:
+            spread += held - held.sum(1, keepdim=True) / len(train)
+        o[:, train] = -spread
+        out.addmm_(o.T, o)
+    return out
+
+
 def ridge_r2(x, y, ridge_lambda: float = 1e-2, ridge_folds: int = 5) -> float:
     """Cross-validated linear predictivity of ``y (n, q)`` from ``x (n, p)`` (module docstring): R² ≤ 1.
 

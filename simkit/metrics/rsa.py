@@ -22,6 +22,7 @@ from torch import Tensor
 
 from simkit.errors import SimkitError
 from simkit.metrics._checks import CONSTANT_RTOL, as_matrix, check_same_n
+from simkit.metrics.budget import over_budget
 from simkit.metrics.settings import check_setting
 
 #: memory budget of the one-shot :func:`rsa` (the accumulators use their ``memory_budget_bytes``)
@@ -53,9 +54,8 @@ def check_rsa_n(n: int, layers: int, budget: int, null: bool = False) -> None:
         raise SimkitError(f"rsa needs at least 3 samples (2 dissimilarities), got {n}; use more samples (`n`)")
     need = rsa_bytes(n, layers, null)
     if need > budget:
-        raise SimkitError(f"rsa keeps one RDM (n(n-1)/2 distances) per layer: n={n} over {layers} layers needs "
-                          f"{need} bytes > `memory_budget_bytes`={budget}; use at most "
-                          f"n={rsa_max_n(budget, layers, null)} (`n`) or raise `memory_budget_bytes`")
+        raise over_budget(f"rsa keeps one RDM (n(n-1)/2 distances) per layer: n={n} over {layers} layers needs",
+                          need, budget, most_n=rsa_max_n(budget, layers, null))
 
 
 def rdm_embedding(x: Tensor, distance: str) -> Tensor | None:

@@ -60,7 +60,6 @@ REDUCTIONS = ("auto", "flatten", "mean", "cls", "last")
 #: what one sample of a comparison is (``samples``): a sequence or image reduced to one vector (``reduce``),
 #: every real token of a sequence layer, or every spatial position of a conv map (``simkit.engine.samples``)
 SAMPLES = ("sequences", "tokens", "positions")
-DEFAULT_MEMORY_BUDGET = 2**30
 #: the dtypes a model may be loaded in (``simkit.models.load_model(..., dtype=...)``, ``--dtype``)
 DTYPES = ("float32", "bfloat16", "float16")
 #: activations aligned by sample IDs: the fewest matched samples, as a fraction of the smaller side

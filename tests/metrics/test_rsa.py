@@ -67,7 +67,7 @@ def test_self_similarity_is_one():
 
 def test_n_limit_is_stated_and_enforced():
     assert rsa_bytes(rsa_max_n(10**6, 4), 4) <= 10**6 < rsa_bytes(rsa_max_n(10**6, 4) + 1, 4)
-    with pytest.raises(SimkitError, match=r"rsa keeps one RDM .* use at most n=\d+ \(`n`\) or raise `memory_budget_bytes`"):
+    with pytest.raises(SimkitError, match=r"rsa keeps one RDM .* use at most n=\d+ \(`n`\), fewer layers .*`mode`=minibatch.* or raise `memory_budget_bytes`"):
         check_rsa_n(1000, 4, 10**6)
     with pytest.raises(SimkitError, match="at least 3 samples"):
         rsa(np.ones((2, 3)), np.ones((2, 3)))

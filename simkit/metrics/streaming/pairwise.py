@@ -18,6 +18,7 @@ from torch import Tensor
 
 from simkit.catalog import MEASURES
 from simkit.errors import SimkitError
+from simkit.metrics.budget import over_budget
 from simkit.metrics.pairs import PAIR_MEASURES, PairMeasure, PluginPair, check_pair_n
 from simkit.metrics.settings import MeasureSettings
 from simkit.metrics.streaming.common import mask_constant, null_summary
@@ -49,9 +50,7 @@ def _grid(measure: PairMeasure, prep_a: list[Any], prep_b: list[Any], device: to
 def _check_memory(measure: PairMeasure, part: Any, widths: list[int]) -> None:
     need = sum(measure.layer_bytes(part.n, d) for d in widths)
     if need > part.budget:
-        raise SimkitError(f"{measure.name} keeps every layer prepared from all n={part.n} samples: {need} bytes "
-                          f"> `memory_budget_bytes`={part.budget}; use a smaller `n`, fewer layers, or raise "
-                          "`memory_budget_bytes`")
+        raise over_budget(f"{measure.name} keeps every layer prepared from all n={part.n} samples", need, part.budget)
 
 
 def pairwise_values(part: Any, name: str, samples: Any, build: Any) -> dict[str, dict[str, Any]]:

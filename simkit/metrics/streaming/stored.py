@@ -44,6 +44,7 @@ from simkit.metrics.predictivity import (
     centred_fold_moments,
     check_fold_samples,
     fold_solvers,
+    residual_form,
     ridge_from_moments,
     sample_space_cheaper,
 )
@@ -459,13 +460,44 @@ class StoredPart:
         if need > self.budget:
             raise over_budget("ridge_r2 keeps per-fold moments", need, self.budget, first="`reduce`=mean")
         y = centred(xb)
-        orders: list[Tensor | None] = [None, *(perms if self.null and perms is not None else [])]
+        by_grams = perms is not None and self._ridge_null_by_grams()
+        orders: list[Tensor | None] = [None, *(perms if self.null and perms is not None and not by_grams else [])]
         rows = [self._ridge_layer(x, y, orders) for x in xa]         # each (1 + null, Lb)
         values = torch.stack(rows, 1)                                 # (1 + null, La, Lb)
+        if by_grams and perms is not None:
+            values = torch.cat([values, self._ridge_null_grams(xa, xb, perms)])
         result: dict[str, Any] = {"value": mask_constant(values[0], const_a, const_b)}
-        if len(orders) > 1:
+        if len(values) > 1:
             result.update(null_summary(mask_constant(values[1:], const_a, const_b)))
         return {"ridge_r2": result}
+
+    def _ridge_null_by_grams(self) -> bool:
+        """Whether ``ridge_r2``'s null is cheaper from each layer's ``n × n`` form (:meth:`_ridge_null_grams`)
+        than refitted per draw, and its forms and Grams fit the budget (counted in multiply-adds: a form costs
+        about ``n³``, a draw ``La·Lb·n²``; refitting a draw costs each A layer's fit of every B feature)."""
+        n, k, q, la, lb = self.n, self.settings.ridge_folds, sum(self.dims_b), len(self.dims_a), len(self.dims_b)
+        held = n / k
+        if 8 * n * n * (la + 1 + lb + min(la + 1, lb) + 1) > self.budget:
+            return False
+        refit = sum(min(held * (n - held), n * d + 3 * k * d * d) * q for d in self.dims_a)
+        forms = sum(n ** 3 + k * d * d * n for d in self.dims_a) + n * n * q
+        return forms + self.null * (la + 1) * lb * n * n < self.null * refit
+
+    def _ridge_null_grams(self, xa: list[Tensor], xb: list[Tensor], perms: Tensor) -> Tensor:
+        """``ridge_r2`` of every pair for every permutation of B's samples, ``(null, La, Lb)``: the summed held-out
+        residuals are a quadratic form in B's samples, ``⟨Q_A, Y Yᵀ⟩``
+        (:func:`~simkit.metrics.predictivity.residual_form`), and so is the held-out variance, so each A
+        layer's form and each B layer's Gram are made once and every draw only re-indexes them."""
+        st, n, la = self.settings, self.n, len(xa)
+        forms = [residual_form(centred([x]), n, st.ridge_folds, st.ridge_lambda).flatten() for x in xa]
+        forms.append(residual_form(None, n, st.ridge_folds, st.ridge_lambda).to(xa[0].device).flatten())
+        grams = torch.stack([(yc @ yc.T).flatten() for yc in (centred([y]) for y in xb)])
+        sums = torch.empty(len(perms), la + 1, len(xb), dtype=torch.float64, device=grams.device)
+        _whole_gram_null(torch.stack(forms), grams, perms, sums)
+        self.report(f"ridge_r2 null ({self.null} permutations)", self.null * la, self.null * la)
+        sse, sst = sums[:, :la], sums[:, la:]
+        return torch.where(sst > 0, 1 - sse / torch.where(sst > 0, sst, torch.ones_like(sst)),
+                           torch.full_like(sse, float("nan")))
 
     def _ridge_layer(self, x: Tensor, y: Tensor, orders: list[Tensor | None]) -> Tensor:
         """R² ``(len(orders), Lb)`` of one A layer predicting B's centred samples ``y``, for each order of B's

@@ -108,8 +108,9 @@ class Arm:
 
 @dataclass
 class Finetuned:
-    """The converted arm's labelled training: head and fine-tuning steps, the probe score, and the
-    fine-tuning's best validation step, whether it was still improving and its validation score."""
+    """The converted arm's labelled training: head and fine-tuning steps, the probe score, the
+    fine-tuning's best validation step, whether it was still improving, its validation score and why it
+    stopped (:meth:`~simkit.conversion.context.Budget.stop`)."""
 
     head_steps: int
     probe: float
@@ -117,6 +118,7 @@ class Finetuned:
     best_step: int
     still_improving: bool
     val_score: float | None
+    stopped: str = "fixed"
 
 
 @dataclass
@@ -236,24 +238,28 @@ def _assemble_independent(ctx: RunContext, arm: Arm, hybrid: _Hybrid, rows: Rows
 
 
 def _finetune(ctx: RunContext, arm: Arm, hybrid: _Hybrid, rows: Rows) -> Finetuned:
-    """Head first (linear probe), then everything for ``effective_finetune_epochs`` (as many labelled
-    epochs as the baselines when they are longer), the weights of the best validation epoch kept, as for
-    the baselines; BatchNorm was recalibrated after the last stage."""
+    """Head first (linear probe), then everything: under the plateau rule until no longer still improving
+    (at least ``floor_epochs`` labelled epochs with the head's, at most ``cap_epochs``), otherwise for
+    ``effective_finetune_epochs`` (as many labelled epochs as the baselines when they are longer); the
+    weights of the best validation epoch kept, as for the baselines; BatchNorm was recalibrated after the
+    last stage."""
     settings, labels = ctx.settings, arm.labels
     fit_head = ctx.fit(f"{arm.prefix}-head", epochs=settings.effective_head_epochs, **ctx.ft)
     head_hist, probe = train_head(hybrid.model, arm.view.head, ctx.task, ctx.data.train, ctx.data.test,
                                   fit_head, batch_size=EVAL_BATCH, seed=derive_seed(ctx.seed, "head"))
     rows.add_curve("head", head_hist, labels)
-    mon = ctx.monitor(hybrid.model)
-    hist = train_task(hybrid.model, ctx.task, ctx.data.train,
-                      ctx.fit(f"{arm.prefix}-finetune", epochs=settings.effective_finetune_epochs, **ctx.ft),
+    budget = ctx.budget(max(0, ctx.steps_of(settings.floor_epochs) - head_hist.steps), spent=head_hist.steps)
+    mon = ctx.monitor(hybrid.model, budget)
+    config = ctx.training(budget) if settings.plateau_budget else \
+        {**ctx.ft, "epochs": settings.effective_finetune_epochs}  # the earlier rules, as they were
+    hist = train_task(hybrid.model, ctx.task, ctx.data.train, ctx.fit(f"{arm.prefix}-finetune", **config),
                       monitor=mon)
     rows.add_curve("finetune", hist, labels)
     rows.add_validation("finetune", mon, labels)
     rows.stages.extend({**labels, "stage": "finetuned", **r} for r in _layer_rows(ctx, arm, hybrid))
     best_step, improving = ctx.still_improving(mon, hist.steps)
     return Finetuned(head_hist.steps, probe, hist.steps, best_step, improving,
-                     mon.best if mon is not None else None)
+                     mon.best if mon is not None else None, budget.stop(hist.stopped))
 
 
 def _stop_rule(stopped: str, stop_loss: float | None, settings: ConvertSettings, steps: int) -> str:

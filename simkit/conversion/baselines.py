@@ -1,9 +1,12 @@
 """The baselines of one seed of ``convert``: the target from scratch and logit distillation from each
 guide init, with the fine-tuning recipe and a budget at least the conversion's.
 
-Each trains for max(the longest conversion arm's optimizer steps — all of them, or its labelled-training
+Under the ``plateau`` rule (the default) each trains until it is no longer still improving on validation,
+at least max(the converted arm's labelled epochs ``floor_epochs``, the longest converted arm's labelled
+steps — for a language model its alignment steps included) and at most ``cap_epochs``. Under the earlier
+rules each trains for max(the longest conversion arm's optimizer steps — all of them, or its labelled-training
 steps with ``baseline_budget="labelled"`` —, ``baseline_epochs`` epochs capped by
-``baseline_max_epochs``) steps, the weights of its best validation epoch kept, and is flagged
+``baseline_max_epochs``) steps. Every baseline keeps the weights of its best validation epoch and is flagged
 ``still_improving`` by the same rule as the converted arm's fine-tuning
 (:meth:`~simkit.conversion.context.RunContext.still_improving`). Distillation is ``kd_alpha``·CE on the
 labels + (1 − ``kd_alpha``)·T²·KL to the guide (:func:`~simkit.conversion.finetune.distill`).
@@ -81,8 +84,12 @@ def scratch_baseline(ctx: RunContext, student: Student, rows_: Rows) -> float | 
 
 def _min_steps(ctx: RunContext, runs: list[dict[str, Any]]) -> int:
     """The optimizer steps a baseline trains at least: the longest arm's total (``baseline_budget``
-    ``steps``) or its labelled-training steps, head + fine-tuning (``labelled``: equal labelled epochs)."""
-    if ctx.settings.baseline_budget == "labelled":
+    ``steps``), its labelled-training steps, head + fine-tuning (``labelled``), or (``plateau``) the
+    longest arm's labelled steps (a language model's alignment counted) and never fewer than the floor's."""
+    rule = ctx.settings.baseline_budget
+    if rule == "plateau":
+        return max([ctx.steps_of(ctx.settings.floor_epochs)] + [r["labelled_steps"] for r in runs])
+    if rule == "labelled":
         return max(r["head_steps"] + r["finetune_steps"] for r in runs)
     return max(r["steps"] for r in runs)
 
@@ -95,18 +102,22 @@ def _fill(rows_: Rows, runs: list[dict[str, Any]], kind: str, test_score: float)
         r[f"{kind}_{rows_.s}"], r[f"{kind}_steps"] = test_score, base["steps"]
         r[f"{kind}_labelled_epochs"] = base["labelled_epochs"]
         r[f"{kind}_still_improving"] = base["still_improving"]
+        r[f"{kind}_stopped"] = base["stop"]
 
 
 def _train_baseline(ctx: RunContext, base: _Baseline, rows_: Rows) -> float:
-    """Scratch or distillation with a fair budget: the fine-tuning recipe (AdamW, cosine decay) for
-    max(``min_steps`` — the longest conversion arm —, ``baseline_epochs``) optimizer steps, the
-    weights of the best validation epoch kept; returns its test score."""
+    """Scratch or distillation with a fair budget: under the plateau rule until no longer still improving
+    (at least ``min_steps``, at most the cap), else the fine-tuning recipe (AdamW, cosine decay) for
+    max(``min_steps`` — the longest conversion arm —, ``baseline_epochs``) optimizer steps; the weights of
+    the best validation epoch kept; returns its test score."""
     settings, student, name = ctx.settings, base.student, base.name
     with ctx.timed(name):
         model = reinitialise(build_target(student.guide, student.slots), derive_seed(ctx.seed, base.kind))
-        steps = max(base.min_steps, int(math.ceil(settings.baseline_budget_epochs * ctx.per_epoch)))
-        mon = ctx.monitor(model)
-        fit_b = ctx.fit(name, steps=steps, **ctx.ft)
+        floor = base.min_steps if settings.plateau_budget else \
+            max(base.min_steps, int(math.ceil(settings.baseline_budget_epochs * ctx.per_epoch)))
+        budget = ctx.budget(floor)
+        mon = ctx.monitor(model, budget)
+        fit_b = ctx.fit(name, **ctx.training(budget))
         if base.kind == "scratch":
             hist = train_task(model, ctx.task, ctx.data.train, fit_b, monitor=mon)
         else:
@@ -117,7 +128,7 @@ def _train_baseline(ctx: RunContext, base: _Baseline, rows_: Rows) -> float:
         test_score = score(model, ctx.task, ctx.data.test[0], ctx.data.test[1], EVAL_BATCH)
     rows_.add_curve(name, hist, base.labels)
     rows_.add_validation(name, mon, base.labels)
-    rows_.baselines.append(_baseline_row(ctx, base, hist, mon, test_score))
+    rows_.baselines.append(_baseline_row(ctx, base, hist, mon, test_score) | {"stop": budget.stop(hist.stopped)})
     return test_score
 
 

@@ -3,12 +3,21 @@
 :class:`Sweep`: the arms asked for (schedules, metrics, guide inits, baselines, ranks) and the alignment
 losses. :class:`Splits`: the task's tensors on the run's device. :class:`Fitter`: the shared-loop
 training calls of a run (one checkpoint name per phase). :class:`RunContext`: what every phase reads
-(settings, task, splits, fitter, timer, the fine-tuning recipe). :class:`Rows`: the result tables as
-they fill, with one method per kind of row.
+(settings, task, splits, fitter, timer, the fine-tuning recipe). :class:`Budget`: one arm's labelled-training
+budget under the run's ``baseline_budget`` rule. :class:`Rows`: the result tables as they fill, with one
+method per kind of row.
+
+The budget rule ``plateau`` (the default): every arm's labelled training (the converted arm's fine-tuning,
+each baseline) runs until it is no longer still improving on the validation split (its best validation epoch
+more than ``baseline_patience`` epochs back: the rule of :meth:`RunContext.still_improving`), never before
+its floor (equal labelled epochs) and never past its cap (``baseline_max_epochs``, stated in advance); the LR
+is constant, halved after ``baseline_patience`` // 2 epochs without improvement. ``steps`` and ``labelled``
+(the earlier rules) train a fixed number of steps with cosine decay.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +42,29 @@ EVAL_BATCH = 512  # batch size of the scores (accuracy, perplexity)
 LOSS_NAMES = {"linear_cka": "cka", "unbiased_cka": "unbiased_cka", "dmnn": "dmnn"}
 
 FitCall = Callable[[nn.Module, Callable[..., Tensor], tuple[Tensor, ...], list[nn.Parameter]], TrainHistory]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One arm's labelled-training budget in optimizer steps (fine-tuning batches): at least ``floor``, at
+    most ``cap``; ``plateau``: it stops once no longer still improving on validation (the ``plateau`` rule
+    with a validation split), else it trains exactly ``floor`` steps. ``rule``: the run's
+    ``baseline_budget``."""
+
+    floor: int
+    cap: int
+    rule: str
+    plateau: bool
+
+    def stop(self, stopped: str) -> str:
+        """Why the training ended, in one word, from ``TrainHistory.stopped``: ``plateau`` (no longer still
+        improving), ``cap`` (the cap reached while improving), ``floor`` (the plateau rule without a
+        validation split: the floor alone) or ``fixed`` (the ``steps`` and ``labelled`` rules)."""
+        if stopped == "validation":
+            return "plateau"
+        if self.plateau:
+            return "cap"
+        return "floor" if self.rule == "plateau" else "fixed"
 
 
 def _thin(losses: Sequence[float], points: int = CURVE_POINTS) -> tuple[np.ndarray, np.ndarray]:
@@ -159,15 +191,51 @@ class RunContext:
             return steps, False
         return mon.best_step, mon.best_step > steps - self.settings.baseline_patience * self.per_epoch
 
-    def monitor(self, model: nn.Module) -> ValidationMonitor | None:
-        """Scores ``model`` on the validation split once per epoch (None without a validation split)."""
+    def monitor(self, model: nn.Module, budget: Budget | None = None) -> ValidationMonitor | None:
+        """Scores ``model`` on the validation split once per epoch (None without a validation split); with
+        a plateau ``budget`` it also stops the run once the best epoch is ``baseline_patience`` epochs back
+        (not before ``budget.floor``) and halves the LR after half as many epochs without improvement."""
         if self.data.val is None:
             return None
         val_x, val_t = self.data.val
-        task = self.task
+        task, patience = self.task, self.settings.baseline_patience
+        plateau = budget is not None and budget.plateau
         return ValidationMonitor(lambda: score(model, task, val_x, val_t, EVAL_BATCH), self.per_epoch,
-                                 patience=None, min_steps=0, lr_patience=None,
+                                 patience=patience if plateau else None,
+                                 min_steps=budget.floor if budget is not None and plateau else 0,
+                                 lr_patience=max(1, patience // 2) if plateau else None,
                                  higher_is_better=task.higher_is_better)
+
+    def steps_of(self, epochs: float) -> int:
+        """Optimizer steps (fine-tuning batches) of ``epochs`` labelled epochs, rounded up."""
+        return int(math.ceil(epochs * self.per_epoch))
+
+    def budget(self, floor: int, spent: int = 0) -> Budget:
+        """The budget of a labelled training of at least ``floor`` steps under the run's rule; ``spent``:
+        labelled steps the arm already took (its head), taken off the cap ``baseline_max_epochs``
+        (``cap_epochs``; never below the floor)."""
+        s = self.settings
+        if s.baseline_budget != "plateau":
+            return Budget(floor, floor, s.baseline_budget, False)
+        if self.data.val is None:
+            return Budget(floor, floor, "plateau", False)
+        return Budget(floor, max(floor, self.steps_of(s.cap_epochs) - spent), "plateau", True)
+
+    def training(self, budget: Budget) -> dict[str, Any]:
+        """The fit configuration of a labelled training under ``budget``: the fine-tuning recipe with
+        cosine decay over a fixed budget, or a constant LR (halved on validation plateaus) up to the cap."""
+        if budget.plateau:
+            return {**self.ft, "scheduler": None, "steps": budget.cap}
+        return {**self.ft, "steps": budget.floor}
+
+    def labelled_steps(self, align_steps: int, head_steps: int, finetune_steps: int) -> int:
+        """A converted arm's labelled-training steps (fine-tuning batches): head + fine-tuning, plus for a
+        language model its alignment steps (they read the tokens that are also the labels), each counted
+        as ``batch_size`` / ``finetune_batch_size`` fine-tuning steps (rounded up)."""
+        steps = head_steps + finetune_steps
+        if self.task.kind == "lm":
+            steps += int(math.ceil(align_steps * self.settings.batch_size / self.settings.finetune_batch_size))
+        return steps
 
 
 @dataclass

@@ -45,7 +45,7 @@ from torch import Tensor, nn
 
 from simkit.conversion.arm import Arm, GuideView, convert_arm, recalibrate
 from simkit.conversion.baselines import Student, kd_baseline, scratch_baseline
-from simkit.conversion.context import EVAL_BATCH, Fitter, Rows, RunContext, Splits, Sweep
+from simkit.conversion.context import EVAL_BATCH, Budget, Fitter, Rows, RunContext, Splits, Sweep
 from simkit.conversion.finetune import score, train_task
 from simkit.conversion.modules import fresh_copy
 from simkit.conversion.plans import ReplacementPlan, Slot, resolve_plan
@@ -254,7 +254,7 @@ def _prepare(guide: nn.Module, data: Dataset, settings: ConvertSettings,
         check_finite(data)
         train_all, test = data.train_test(seed=seed)
         train, val = split_validation(train_all, settings.val_fraction, seed)
-        task = Task.infer(train.inputs, train.labels)
+        task = Task.infer(train.inputs, train.labels, data.info.get("lm_score_from", 0))
         splits = _splits(task, (train, test, val), settings.eval_samples, device)
         splits.align_inputs = _align_inputs(splits, settings, align_data, device)
     with timer("plan"):
@@ -366,15 +366,17 @@ class _Outcome:
 
 
 def _guide_phase(ctx: RunContext, guide: nn.Module, rows_: Rows, outcome: _Outcome) -> None:
-    """Optionally train the guide (its best validation epoch kept), then freeze it and score it on the
-    validation split."""
+    """Optionally train the guide (its best validation epoch kept; under the plateau rule until no longer
+    still improving, at most ``train_guide`` epochs), then freeze it and score it on the validation split."""
     settings, task = ctx.settings, ctx.task
     if settings.train_guide:
         phase(f"guide training{seed_position(ctx.seed, ctx.settings.seed_list())}")
         with ctx.timed("guide"):
-            mon = ctx.monitor(guide)
-            fit_guide = ctx.fit("guide", epochs=settings.train_guide,
-                                **{**ctx.ft, "lr": settings.effective_guide_lr})
+            budget = Budget(0, ctx.steps_of(settings.train_guide), "plateau", True) \
+                if settings.plateau_budget and ctx.data.val is not None else None
+            mon = ctx.monitor(guide, budget)
+            config = ctx.training(budget) if budget is not None else {**ctx.ft, "epochs": settings.train_guide}
+            fit_guide = ctx.fit("guide", **{**config, "lr": settings.effective_guide_lr})
             hist = train_task(guide, task, ctx.data.train, fit_guide, monitor=mon)
             outcome.guide_steps, outcome.guide_stopped = hist.steps, hist.stopped
             rows_.add_validation("guide", mon, {"schedule": "", "metric": "", "guide_init": "trained",
@@ -440,16 +442,18 @@ def _run_arm(ctx: RunContext, arm: Arm, guide_score: float, rows_: Rows, outcome
     test_x, test_t = ctx.data.test
     converted_score = score(arm_out.model, ctx.task, test_x, test_t, EVAL_BATCH)
     s, tuned = rows_.s, arm_out.tuned
+    labelled = ctx.labelled_steps(arm_out.align_steps, arm_out.head_steps, arm_out.finetune_steps)
     rows_.runs.append({**arm.labels, f"guide_{s}": guide_score, f"probe_{s}": arm_out.probe,
                        f"converted_{s}": converted_score, f"scratch_{s}": None, f"kd_{s}": None,
                        "gain_over_scratch": None, "align_steps": arm_out.align_steps,
                        "head_steps": arm_out.head_steps, "finetune_steps": arm_out.finetune_steps,
-                       "steps": arm_out.steps,
-                       "labelled_epochs": round((tuned.head_steps + tuned.steps) / ctx.per_epoch, 3),
+                       "steps": arm_out.steps, "labelled_steps": labelled,
+                       "labelled_epochs": round(labelled / ctx.per_epoch, 3),
                        "scratch_steps": None, "scratch_labelled_epochs": None, "kd_steps": None,
                        "kd_labelled_epochs": None, "best_step": tuned.best_step,
                        "still_improving": tuned.still_improving, f"val_{s}": tuned.val_score,
-                       "scratch_still_improving": None, "kd_still_improving": None,
+                       "scratch_still_improving": None, "kd_still_improving": None, "stopped": tuned.stopped,
+                       "scratch_stopped": None, "kd_stopped": None,
                        "align_seconds": round(arm_out.align_seconds, 2),
                        "seconds": round(time.perf_counter() - start, 2), "seed": ctx.seed})
     ctx.timer.seconds[arm.prefix + ctx.fit.suffix] = time.perf_counter() - start

@@ -1,8 +1,10 @@
 """The task a converted network is fine-tuned and scored on: classification or causal language modelling.
 
 Targets are one tensor per sample, prepared once: class labels (n,) for classification; for a language
-model the token ids (n, T) with padding positions set to -100 (ignored). Scores: accuracy (higher is
-better) or perplexity = exp(mean next-token NLL) (lower is better).
+model the token ids (n, T) with padding positions set to -100 (ignored), and the positions before
+``score_from`` too (a dataset's ``info["lm_score_from"]``: context that is read but never predicted, trained
+on or scored, e.g. the random prefix of a copy task). Scores: accuracy (higher is better) or perplexity =
+exp(mean next-token NLL over the scored positions) (lower is better).
 """
 
 from __future__ import annotations
@@ -37,9 +39,11 @@ def logits_of(output: Any) -> Tensor:
 
 @dataclass
 class Task:
-    """kind: ``classification`` or ``lm``; score: ``accuracy`` or ``perplexity``."""
+    """kind: ``classification`` or ``lm``; score: ``accuracy`` or ``perplexity``. score_from (lm): the first
+    token position that is predicted, trained on and scored (0: every position after the first)."""
 
     kind: str
+    score_from: int = 0
 
     @property
     def score(self) -> str:
@@ -50,13 +54,17 @@ class Task:
         return self.kind == "classification"
 
     @classmethod
-    def infer(cls, inputs: Inputs, labels: Tensor | None) -> Task:
-        """Classification when labels exist; a causal LM when the inputs are integer token ids."""
+    def infer(cls, inputs: Inputs, labels: Tensor | None, score_from: int = 0) -> Task:
+        """Classification when labels exist; a causal LM when the inputs are integer token ids (scored
+        from position ``score_from``, which must leave at least one position)."""
         if labels is not None:
             return cls("classification")
         ids = inputs["input_ids"] if isinstance(inputs, dict) and "input_ids" in inputs else inputs
         if isinstance(ids, Tensor) and not ids.is_floating_point() and ids.dim() == 2:
-            return cls("lm")
+            if isinstance(score_from, bool) or not isinstance(score_from, int) or not 0 <= score_from < ids.shape[1]:
+                raise SimkitError(f"`lm_score_from` must be an integer from 0 to {ids.shape[1] - 1} (the "
+                                  f"sequences' length − 1), got {score_from!r}; fix the dataset's info")
+            return cls("lm", score_from)
         raise SimkitError("convert needs labelled data (classification) or token ids (n, T) for a causal "
                           "language model; pass labelled `data`")
 
@@ -71,8 +79,10 @@ class Task:
             mask = inputs.get("attention_mask")
             if mask is not None:
                 ids[mask == 0] = IGNORE
-            return ids
-        return inputs.clone()
+        else:
+            ids = inputs.clone()
+        ids[:, :self.score_from] = IGNORE
+        return ids
 
     def loss(self, logits: Tensor, target: Tensor) -> Tensor:
         """Cross-entropy: logits (b, C) vs (b,), or next-token logits (b, T, V) vs ids (b, T)."""

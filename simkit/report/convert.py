@@ -375,6 +375,21 @@ def findings(summary: dict[str, Any], runs: pd.DataFrame, score: str, higher: bo
     return out
 
 
+BUDGET_RULES = {
+    "plateau": "every arm trains until it is no longer still improving on validation, at least {floor} and at "
+               "most {cap} labelled epochs (a language model's alignment steps count as labelled steps)",
+    "steps": "the baselines train the conversion's total optimizer steps (alignment included), with cosine decay",
+    "labelled": "the baselines train the converted arm's head + fine-tuning steps, with cosine decay",
+}
+
+
+def budget_rule(settings: dict[str, Any]) -> str:
+    """The run's budget rule in words (``meta.settings``; a run made before the rules were named: ``steps``)."""
+    rule = settings.get("baseline_budget", "steps")
+    return f"{rule}: " + BUDGET_RULES.get(rule, "").format(floor=_text(settings.get("floor_epochs")),
+                                                          cap=_text(settings.get("cap_epochs")))
+
+
 def cautions(summary: dict[str, Any], tables: dict[str, pd.DataFrame], meta: dict[str, Any],
              score: str) -> list[str]:
     """What to distrust: baselines without a validation split or stopped by their cap, stages stopped
@@ -391,7 +406,8 @@ def cautions(summary: dict[str, Any], tables: dict[str, pd.DataFrame], meta: dic
                 f"{r['baseline']}{'-' + str(r['guide_init']) if r['guide_init'] == r['guide_init'] and r['guide_init'] else ''}"
                 for _, r in improving.iterrows()))
             out.append(f"Baseline(s) {names} had their best validation epoch near the end of their budget: they "
-                       "may still improve with more epochs (baseline_epochs).")
+                       "may still improve with more epochs (baseline_max_epochs, the cap of the plateau rule; "
+                       "baseline_epochs under the earlier rules).")
     if summary.get("still_improving"):
         out.append("The converted arm's fine-tuning had its best validation epoch near the end of its budget (same "
                    "rule as the baselines): it may still improve with more epochs (finetune_epochs).")
@@ -444,6 +460,7 @@ def context(result) -> dict[str, Any]:
         "seeds": len(summary.get("seeds") or [0]),
         "aggregate_rows": aggregate_rows(tables.get("aggregate"), score),
         "budget_rows": budget_rows(runs, tables.get("baselines")) if not runs.empty else [],
+        "budget_rule": budget_rule(result.meta.get("settings", {})),
         "cautions": cautions(summary, tables, result.meta, score),
         "baseline_rows": baseline_rows,
         "rank_plot": rank_plot(runs, stages, score) if not runs.empty else None,

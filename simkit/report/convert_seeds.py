@@ -136,7 +136,7 @@ def aggregate_rows(aggregate: pd.DataFrame | None, score: str) -> list[list[str]
 def budget_rows(runs: pd.DataFrame, baselines: pd.DataFrame | None) -> list[list[str]]:
     """Every arm's budget in one table (means over seeds): labelled-training epochs, optimizer steps in
     all, aligning, head, fine-tuning or baseline training, the best validation step, and in how many seeds
-    the best epoch was still improving."""
+    the best epoch was still improving, and why it stopped (plateau, cap, floor or fixed, counted over seeds)."""
     out = []
     for key, part in runs.groupby(ARM, sort=False):
         name = arm_name({**dict(zip(ARM, key, strict=True)), "role": "converted"})
@@ -144,15 +144,25 @@ def budget_rows(runs: pd.DataFrame, baselines: pd.DataFrame | None) -> list[list
                     _num(part["steps"].mean()), _num(part["align_steps"].mean()), _num(part["head_steps"].mean()),
                     _num(part["finetune_steps"].mean()),
                     _num(part["best_step"].mean()) if "best_step" in part else "n/a",
-                    _flagged(part.get("still_improving"))])
+                    _flagged(part.get("still_improving")), _stops(part.get("stopped"))])
     if baselines is not None and not baselines.empty:
         frame = baselines.assign(guide_init=baselines["guide_init"].fillna(""))
         for (kind, gi), part in frame.groupby(["baseline", "guide_init"], sort=False):
             name = "scratch" if kind == "scratch" else arm_name({"role": "kd", "guide_init": gi})
             epochs = _num(part["labelled_epochs"].mean()) if "labelled_epochs" in part else "n/a"
             out.append([name, epochs, _num(part["steps"].mean()), "0", "0", _num(part["steps"].mean()),
-                        _num(part["best_step"].mean()), _flagged(part.get("still_improving"))])
+                        _num(part["best_step"].mean()), _flagged(part.get("still_improving")),
+                        _stops(part.get("stop"))])
     return out
+
+
+def _stops(values: pd.Series | None) -> str:
+    """Why the arm's labelled training stopped, counted over seeds (``plateau 2, cap 1``; ``n/a`` without
+    the column, from a run made before the budget rules named their stops)."""
+    if values is None or values.dropna().empty:
+        return "n/a"
+    counts = values.dropna().astype(str).value_counts(sort=False)
+    return ", ".join(f"{name} {int(count)}" for name, count in counts.items())
 
 
 def _flagged(values: pd.Series | None) -> str:

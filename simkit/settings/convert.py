@@ -45,9 +45,11 @@ SCHEDULES = ("progressive", "sequential", "independent", "joint")
 CELLS = ("gru", "lstm", "rnn")
 GUIDE_INITS = ("trained", "random")
 BASELINES = ("scratch", "kd")
-#: what a baseline's optimizer steps match: the conversion's total (alignment + head + fine-tuning) or its
-#: labelled-training steps (head + fine-tuning: equal labelled epochs)
-BASELINE_BUDGETS = ("steps", "labelled")
+#: the budget rule of the labelled training: ``plateau`` (every arm until it is no longer still improving on
+#: validation, at least equal labelled epochs, at most a cap), or the earlier rules: a baseline's optimizer
+#: steps match the conversion's total (``steps``: alignment + head + fine-tuning) or its labelled-training
+#: steps (``labelled``: head + fine-tuning)
+BASELINE_BUDGETS = ("plateau", "steps", "labelled")
 #: the alignment losses by their catalogue name (``simkit.catalog``); ``cka`` is read as ``linear_cka``
 ALIGNMENT_METRICS = ("linear_cka", "unbiased_cka", "dmnn")
 METRIC_ALIASES = (("cka", "linear_cka"),)
@@ -70,10 +72,16 @@ class ConvertSettings(Settings):
     stop_loss ``"auto"``: ``AUTO_STOP_LOSS`` with ``steps_per_stage="auto"``, off with a fixed number.
     Head and fine-tuning are the converted arm's labelled-training epochs; when baselines run and
     ``baseline_epochs`` (capped by ``baseline_max_epochs``) is more, the fine-tuning is extended to match
-    (:attr:`effective_finetune_epochs`). Baselines train with the fine-tuning recipe (AdamW at
-    ``finetune_lr``, cosine decay, batch ``finetune_batch_size``) for as many optimizer steps as the
-    longest arm (``baseline_budget``) or ``baseline_epochs``, whichever is longer; the best validation
-    epoch is kept. seeds: every arm and baseline (and the guide's training) once per seed of
+    (:attr:`effective_finetune_epochs`). ``baseline_budget`` ``"plateau"`` (the default): every arm's
+    labelled training (the converted arm's fine-tuning, the scratch and distillation baselines; the guide's
+    training too) runs with AdamW at ``finetune_lr``, a constant LR halved after ``baseline_patience`` // 2
+    epochs without a better validation score, until its best validation epoch is ``baseline_patience``
+    epochs back (no longer still improving), never before :attr:`floor_epochs` labelled epochs (the
+    baselines also never before the longest converted arm's labelled steps; for a language model those count
+    its alignment steps) and never past :attr:`cap_epochs` (``baseline_max_epochs``). ``"steps"`` and
+    ``"labelled"`` (the earlier rules): baselines train with the fine-tuning recipe (cosine decay) for as
+    many optimizer steps as the longest arm (all of them, or its head + fine-tuning) or
+    ``baseline_epochs``, whichever is longer. Every arm keeps its best validation epoch. seeds: every arm and baseline (and the guide's training) once per seed of
     :meth:`seed_list`, on the data split of ``seed``, so arms are compared paired by seed. align_data:
     the record (a data spec) of a second dataset passed to ``convert`` as ``align_data``. [ours, measured
     on MNIST-1D, 30 epochs: a plain strided CNN without BatchNorm reaches 91 % test accuracy at a guide_lr
@@ -133,11 +141,16 @@ class ConvertSettings(Settings):
         60.0, Real(ge=0), "Baselines train with the fine-tuning recipe for this many epochs or the "
         "conversion's optimizer-step count, whichever is longer; the best validation epoch is kept.")
     baseline_max_epochs: float = option(
-        200.0, Real(ge=0), "Cap of --baseline-epochs (the conversion's step count, if longer, wins).")
+        200.0, Real(ge=0), "plateau budget: the cap of every arm's labelled epochs, stated in advance (never "
+        "below the floor); steps/labelled: the cap of --baseline-epochs (the conversion's step count, if "
+        "longer, wins).")
     baseline_budget: str = option(
-        "steps", Choice(BASELINE_BUDGETS), "What the baselines' optimizer steps match: steps = the "
-        "conversion's total (alignment + head + fine-tuning; more labelled epochs than the converted arm), "
-        "labelled = its head + fine-tuning (the same labelled-training epochs).")
+        "plateau", Choice(BASELINE_BUDGETS), "The budget rule. plateau = every arm (converted, scratch, kd; "
+        "the guide's training too) trains until it is no longer still improving on validation (best epoch "
+        "--baseline-patience epochs back; LR halved after half as many), at least the converted arm's head + "
+        "fine-tuning epochs (equal labelled epochs; for a language model its alignment steps count), at most "
+        "--baseline-max-epochs. Earlier rules: steps = baselines get the conversion's total optimizer steps "
+        "(alignment + head + fine-tuning), labelled = its head + fine-tuning steps.")
     guide_lr: float = option(
         1e-2, Real(gt=0), "--train-guide learning rate (AdamW, cosine decay, batch 128, the best validation "
         "epoch kept).")
@@ -182,6 +195,22 @@ class ConvertSettings(Settings):
     def baseline_budget_epochs(self) -> float:
         """The baselines' epochs before the step rule: ``baseline_epochs`` capped by ``baseline_max_epochs``."""
         return min(self.baseline_epochs, self.baseline_max_epochs)
+
+    @property
+    def plateau_budget(self) -> bool:
+        """Whether every arm trains to its validation plateau (``baseline_budget="plateau"``)."""
+        return self.baseline_budget == "plateau"
+
+    @property
+    def floor_epochs(self) -> float:
+        """The plateau rule's floor: the labelled epochs every arm trains at least, the converted arm's head +
+        fine-tuning (:attr:`effective_head_epochs` + :attr:`effective_finetune_epochs`)."""
+        return self.effective_head_epochs + self.effective_finetune_epochs
+
+    @property
+    def cap_epochs(self) -> float:
+        """The plateau rule's cap of every arm's labelled epochs: ``baseline_max_epochs``, never below the floor."""
+        return max(self.baseline_max_epochs, self.floor_epochs)
 
     @property
     def effective_finetune_epochs(self) -> float:
@@ -233,8 +262,9 @@ class ConvertSettings(Settings):
         record as given, ``inputs.json`` and ``meta.settings_given``): ``stop_loss`` the threshold in force
         (None: off), ``stage_steps`` the step budget of one stage (the cap ``max_stage_steps`` when
         automatic), ``head_epochs``, ``finetune_epochs`` (extended to the baselines' epochs),
-        ``finetune_lr`` and ``guide_lr`` as used."""
-        return {**self.to_dict(), "head_epochs": self.effective_head_epochs,
+        ``finetune_lr`` and ``guide_lr`` as used; with the plateau rule its ``floor_epochs`` and ``cap_epochs``."""
+        budget = {"floor_epochs": self.floor_epochs, "cap_epochs": self.cap_epochs} if self.plateau_budget else {}
+        return {**self.to_dict(), **budget, "head_epochs": self.effective_head_epochs,
                 "finetune_epochs": self.effective_finetune_epochs,
                 "finetune_lr": self.effective_finetune_lr, "guide_lr": self.effective_guide_lr,
                 "stop_loss": self.effective_stop_loss, "stage_steps": self.stage_steps}

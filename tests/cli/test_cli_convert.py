@@ -134,7 +134,8 @@ def test_cli_auto_stages_and_a_rank_sweep(tmp_path):
     args = [a for a in TINY if a not in ("--steps-per-stage", "3", "--rank", "8")]
     result = CliRunner().invoke(app, ["convert", GUIDE, *args, "--steps-per-stage", "auto", "--max-stage-steps", "4",
                                       "--stop-loss", "none", "--rank", "4,8", "--baselines", "scratch",
-                                      "--baseline-max-epochs", "3", "--out", str(tmp_path)])
+                                      "--baseline-max-epochs", "3", "--baseline-budget", "steps", "--out",
+                                      str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "gain over scratch" in result.output
     runs = pd.read_csv(tmp_path / "runs.csv")

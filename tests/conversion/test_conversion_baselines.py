@@ -90,7 +90,7 @@ def test_baselines_train_at_least_the_conversion_steps_and_the_gain_is_reported(
     baseline_epochs 5 > head + fine-tuning (2): the fine-tuning is extended to 4 epochs (labelled epochs
     equal), and the baselines then train for the conversion's steps."""
     options = dict(QUICK, baselines=["scratch", "kd"], steps_per_stage=4, baseline_epochs=epochs,
-                   baseline_patience=2)
+                   baseline_patience=2, baseline_budget="steps")  # the earlier rule (the plateau rule: test_conversion_budget)
     result = run(tiny_guide(), tiny_data(), **options)
     row = result.tables["runs"].iloc[0]
     assert row["align_steps"] == 4 * 2

@@ -140,7 +140,7 @@ def test_the_converted_arm_keeps_its_best_validation_epoch_by_the_baselines_rule
 
 def test_an_extended_baseline_extends_the_converted_arms_labelled_epochs():
     result = run(tiny_guide(), tiny_data(), **dict(SEEDS, seeds=1, baseline_epochs=5, baseline_max_epochs=4,
-                                                   baselines=["scratch"]))
+                                                   baselines=["scratch"], baseline_budget="steps"))
     row = result.tables["runs"].iloc[0]
     # head 1 epoch + fine-tuning extended from 1 to 3 epochs: the baselines' 5 epochs capped at 4
     assert (row["head_steps"], row["finetune_steps"]) == (PER_EPOCH, 3 * PER_EPOCH)
@@ -149,7 +149,8 @@ def test_an_extended_baseline_extends_the_converted_arms_labelled_epochs():
     assert row["scratch_labelled_epochs"] == pytest.approx(row["scratch_steps"] / PER_EPOCH, abs=1e-3)
     assert row["scratch_labelled_epochs"] >= row["labelled_epochs"]
     # no baseline: nothing to match
-    alone = run(tiny_guide(), tiny_data(), **dict(SEEDS, seeds=1, baseline_epochs=5, baselines=[]))
+    alone = run(tiny_guide(), tiny_data(), **dict(SEEDS, seeds=1, baseline_epochs=5, baselines=[],
+                                                  baseline_budget="steps"))
     assert alone.tables["runs"].iloc[0]["finetune_steps"] == PER_EPOCH
 
 
@@ -162,7 +163,7 @@ def test_a_labelled_budget_gives_the_baselines_the_converted_arms_labelled_epoch
         assert row[f"{kind}_steps"] == row["head_steps"] + row["finetune_steps"] < row["steps"]
         assert row[f"{kind}_labelled_epochs"] == pytest.approx(row["labelled_epochs"], abs=1e-3)
     assert result.meta["settings"]["baseline_budget"] == "labelled"
-    with pytest.raises(SimkitError, match="`baseline_budget` must be one of steps, labelled"):
+    with pytest.raises(SimkitError, match="`baseline_budget` must be one of plateau, steps, labelled"):
         ConvertSettings(recipe="conv-to-mlp", baseline_budget="epochs").validate()
 
 

@@ -53,12 +53,15 @@ def snapshot(folder):
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+TIMED = ("time_s", "seconds", "e3_pass", "all_pass", "verdict")
+TIMED_PREFIXES = ("e3_cone_cost_correlation", "e3_bookkeeping_")
+
+
 def stable(value):
     """``value`` without what wall-clock timings decide (``time_s``, graft's E3 recompute-cost correlation
-    and the verdict keys that follow from it)."""
+    and bookkeeping fit with their intervals, and the verdict keys that follow from them)."""
     if isinstance(value, dict):
-        return {k: stable(v) for k, v in value.items() if k not in ("time_s", "seconds", "e3_cone_cost_correlation",
-                                                                    "e3_pass", "all_pass", "verdict")}
+        return {k: stable(v) for k, v in value.items() if k not in TIMED and not k.startswith(TIMED_PREFIXES)}
     return [stable(v) for v in value] if isinstance(value, list) else value
 
 

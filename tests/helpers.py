@@ -25,3 +25,22 @@ def invoke(*args: object, env: Mapping[str, str] | None = None) -> Result:
     from simkit.cli.main import app  # importing simkit.cli.main registers every command on the app
 
     return CliRunner().invoke(app, [str(a) for a in args], env=env)
+
+
+# what wall-clock time decides in a result's summary and tables: durations, and graft's timed E3 check (the
+# recompute-cost correlation, the bookkeeping fit, their intervals and the verdicts that follow from them)
+TIMED_NAMES = ("e3_pass", "all_pass", "verdict")
+TIMED_SUFFIXES = ("seconds", "time_s", "_s")
+TIMED_PREFIXES = ("e3_cone_cost_correlation", "e3_bookkeeping_")
+
+
+def is_timing(name: str) -> bool:
+    """Whether a summary key or table column is decided by wall-clock time."""
+    return name in TIMED_NAMES or name.endswith(TIMED_SUFFIXES) or name.startswith(TIMED_PREFIXES)
+
+
+def without_timings(value):
+    """``value`` (a summary: nested dicts and lists) without what wall-clock time decides (:func:`is_timing`)."""
+    if isinstance(value, dict):
+        return {k: without_timings(v) for k, v in value.items() if not is_timing(k)}
+    return [without_timings(v) for v in value] if isinstance(value, list) else value

@@ -17,7 +17,7 @@ import typer
 
 from simkit.cli.inputs import RESULT_FREE
 from simkit.cli.main import app
-from tests.helpers import invoke
+from tests.helpers import invoke, without_timings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -53,18 +53,6 @@ def snapshot(folder):
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-TIMED = ("time_s", "seconds", "e3_pass", "all_pass", "verdict")
-TIMED_PREFIXES = ("e3_cone_cost_correlation", "e3_bookkeeping_")
-
-
-def stable(value):
-    """``value`` without what wall-clock timings decide (``time_s``, graft's E3 recompute-cost correlation
-    and bookkeeping fit with their intervals, and the verdict keys that follow from them)."""
-    if isinstance(value, dict):
-        return {k: stable(v) for k, v in value.items() if k not in TIMED and not k.startswith(TIMED_PREFIXES)}
-    return [stable(v) for v in value] if isinstance(value, list) else value
-
-
 def f3_stub(task, s, out, timeout=1800.0):
     return pd.DataFrame({"step": [1], "loss_uninterrupted": [0.0], "loss_killed_resumed": [0.0]}), {
         "f3_resume_bit_identical": True, "f3_without_moments_diverges_at_step": None}
@@ -96,12 +84,12 @@ def test_resume_with_the_same_inputs_continues(runs, name):
     assert inputs["command"] == name
     assert params - RESULT_FREE <= set(inputs["options"]), "every option that changes results is recorded"
     assert not RESULT_FREE & set(inputs["options"])
-    before = stable(json.loads((out / "result.json").read_text())["summary"])
+    before = without_timings(json.loads((out / "result.json").read_text())["summary"])
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("simkit.grafting.experiments.run_f3", f3_stub)
         result = invoke(*ARGS[name], *SAME[name], "--resume", "--out", out)
     assert result.exit_code == 0, result.output
-    assert stable(json.loads((out / "result.json").read_text())["summary"]) == before
+    assert without_timings(json.loads((out / "result.json").read_text())["summary"]) == before
     assert json.loads((out / "inputs.json").read_text()) == inputs
 
 

@@ -28,6 +28,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.helpers import is_timing, without_timings
+
 CNN = "simkit:cnn2d:channels=4,layers=2"
 COMMANDS = {
     "convert": ["convert", CNN, "--data", "digits", "--n", "300", "--rank", "8", "--steps-per-stage", "12",
@@ -64,23 +66,9 @@ from simkit.cli.main import main
 sys.argv = ["simkit", *sys.argv[1:]]
 main()
 '''
-TIMING = ("seconds", "time_s", "_s", "e3_cone_cost_correlation", "e3_pass", "all_pass", "verdict")  # E3 is timed
-
-
-def is_timing(name: str) -> bool:
-    return name.endswith(TIMING) or name in TIMING
-
-
-def stable(value):
-    """``value`` without what wall-clock time decides."""
-    if isinstance(value, dict):
-        return {k: stable(v) for k, v in value.items() if not is_timing(k)}
-    return [stable(v) for v in value] if isinstance(value, list) else value
-
-
 def outcome(out: Path) -> dict[str, object]:
     """The summary and every CSV (timing columns dropped) of a finished run directory."""
-    result = {"summary": stable(json.loads((out / "result.json").read_text())["summary"])}
+    result = {"summary": without_timings(json.loads((out / "result.json").read_text())["summary"])}
     for csv in sorted(out.glob("*.csv")):
         frame = pd.read_csv(csv, keep_default_na=False)
         result[csv.name] = frame.drop(columns=[c for c in frame.columns if is_timing(str(c))]).to_csv(index=False)

@@ -12,7 +12,10 @@ arrays  In one process, the same activations two ways: ``simkit.compare(model_a,
         once), and the bare forwards; alternating, best of ``--repeats``. Target: arrays ≤ model − forwards.
 
 Usage: python benchmarks/bench_arrays.py [--gb 8] [--width 512] [--skip-files] [--skip-arrays]
-                                         [--folder /tmp/simkit-bench-arrays] [--keep]
+                                         [--folder /tmp/simkit-bench-arrays] [--keep] [--reuse]
+The files are written by a child process: a child's peak RSS as ``os.wait4`` reports it starts from its
+parent's at the fork, so the measuring process itself stays small (an earlier version wrote them itself
+and every child then reported the writer's 12.7 GB).
 Prints one line per measurement and appends them, dated, to benchmarks/results/bench_arrays.txt. Run by
 hand on an idle machine (load under 1) and name the CPU.
 """
@@ -84,18 +87,27 @@ def drop_page_cache_hint(paths: list[Path]) -> None:
 
 def bench_files(args: argparse.Namespace, lines: list[str]) -> None:
     folder = Path(args.folder)
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
     started = time.perf_counter()
-    rows = write_pair(folder, args.gb, args.width)
-    log(lines, f"files: 2 x {args.gb:g} GB .npy ({rows} rows x {args.width} float32) written in "
-               f"{time.perf_counter() - started:.0f} s; machine memory {os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.1f} GiB")
+    if args.reuse and (folder / "A.npy").is_file() and (folder / "B.npy").is_file():
+        rows = int(np.load(folder / "A.npy", mmap_mode="r").shape[0])
+        for stale in ("run-files", "run-caches", "cache-A", "cache-B"):
+            shutil.rmtree(folder / stale, ignore_errors=True)
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        # written by a child process: a child's peak RSS (os.wait4) starts from its parent's at the fork, so
+        # this process must never hold the files' pages itself
+        code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_arrays; " \
+               f"print(bench_arrays.write_pair(__import__('pathlib').Path({str(folder)!r}), {args.gb}, {args.width}))"
+        rows = int(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
+    made = "reused" if args.reuse else f"written in {time.perf_counter() - started:.0f} s"
+    log(lines, f"files: 2 x {args.gb:g} GB .npy ({rows} rows x {args.width} float32) {made}; machine memory {os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.1f} GiB")
     common = ["--mode", "exact", "--metric", "linear_cka,unbiased_cka", "--no-report"]
     files = [folder / "A.npy", folder / "B.npy"]
     drop_page_cache_hint(files)
-    wall, cpu, rss = child([*SIMKIT, "compare", *map(str, files), *common, "--out", str(folder / "run-files")])
-    log(lines, f"compare A.npy B.npy (exact):   {wall:7.1f} s wall {cpu:7.1f} s CPU  peak RSS {rss:5.2f} GB  "
-               f"{rows / wall:,.0f} rows/s  (target RSS < 1.5 GB)")
+    wall_f, cpu, rss = child([*SIMKIT, "compare", *map(str, files), *common, "--out", str(folder / "run-files")])
+    log(lines, f"compare A.npy B.npy (exact):   {wall_f:7.1f} s wall {cpu:7.1f} s CPU  peak RSS {rss:5.2f} GB  "
+               f"{rows / wall_f:,.0f} rows/s  (target RSS < 1.5 GB)")
     for side in ("A", "B"):
         wall, cpu, rss = child([*SIMKIT, "capture", "--from", str(folder / f"{side}.npy"),
                                 "--out", str(folder / f"cache-{side}")])
@@ -105,7 +117,7 @@ def bench_files(args: argparse.Namespace, lines: list[str]) -> None:
     wall_c, cpu_c, rss_c = child([*SIMKIT, "compare", *map(str, caches), *common, "--out", str(folder / "run-caches")])
     log(lines, f"compare cache-A cache-B:       {wall_c:7.1f} s wall {cpu_c:7.1f} s CPU  peak RSS {rss_c:5.2f} GB  "
                f"{rows / wall_c:,.0f} rows/s")
-    log(lines, f"files / caches throughput: {(rows / wall) / (rows / wall_c):.3f}")
+    log(lines, f"files / caches throughput: {(rows / wall_f) / (rows / wall_c):.3f}")
     if not args.keep:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -169,6 +181,7 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--folder", default="/tmp/simkit-bench-arrays")
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--reuse", action="store_true", help="use A.npy and B.npy already in --folder")
     parser.add_argument("--skip-files", action="store_true")
     parser.add_argument("--skip-arrays", action="store_true")
     parser.add_argument("--data", default="synthetic:3x32x32")

@@ -271,10 +271,17 @@ class Monitor:
         from simkit.report import save_run
 
         self._hold()
-        save_run(result, self.run_dir, report=self.report)
+        if self.figures and self.report:  # the report's own figures, kept while it renders: built once
+            from simkit.plotting import parse_formats, write_figures
+            from simkit.report.figures import collect_figures
+
+            _, figures = collect_figures(lambda: save_run(result, self.run_dir, report=True))
+            write_figures(figures, self.run_dir / "figures", parse_formats(self.figures))
+        else:
+            save_run(result, self.run_dir, report=self.report)
+            if self.figures:
+                result.savefig(self.run_dir / "figures", formats=self.figures)
         self.table.finish()
-        if self.figures:
-            result.savefig(self.run_dir / "figures", formats=self.figures)
 
     def _release(self) -> None:
         for tracker in self.trackers:

@@ -266,7 +266,8 @@ class Monitor:
         self._seconds += time.perf_counter() - started
 
     def _save(self, result: TrendResult) -> None:
-        if self.run_dir is None or not len(result.tables["steps"]):
+        run_dir = self.run_dir
+        if run_dir is None or not len(result.tables["steps"]):
             return
         from simkit.report import save_run
 
@@ -275,12 +276,12 @@ class Monitor:
             from simkit.plotting import parse_formats, write_figures
             from simkit.report.figures import collect_figures
 
-            _, figures = collect_figures(lambda: save_run(result, self.run_dir, report=True))
-            write_figures(figures, self.run_dir / "figures", parse_formats(self.figures))
+            _, figures = collect_figures(lambda: save_run(result, run_dir, report=True))
+            write_figures(figures, run_dir / "figures", parse_formats(self.figures))
         else:
-            save_run(result, self.run_dir, report=self.report)
+            save_run(result, run_dir, report=self.report)
             if self.figures:
-                result.savefig(self.run_dir / "figures", formats=self.figures)
+                result.savefig(run_dir / "figures", formats=self.figures)
         self.table.finish()
 
     def _release(self) -> None:

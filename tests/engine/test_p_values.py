@@ -121,19 +121,26 @@ def accumulate(metrics, xa, xb, batch=None, **settings):
         return acc.compute(), acc.describe()
 
 
+def procrustes_with_reference_null(seed: int):
+    """Exact-mode procrustes with its default null on ``related_layers(seed)``: (the accumulator's arrays, its
+    description, per pair (observed, draws) recomputed by the float64 reference over the permutations simkit
+    drew)."""
+    xa, xb = related_layers(seed)
+    out, described = accumulate(["procrustes"], xa, xb, mode="exact")
+    perms = draw_perms(described["procrustes"]["null"], len(xa[0]), perm_generator(0, -1), "cpu").numpy()
+    pairs = {(i, j): (reference.procrustes(x, y), np.array([reference.procrustes(x, y[p]) for p in perms]))
+             for i, x in enumerate(xa) for j, y in enumerate(xb)}
+    return out, described, pairs
+
+
 def test_permutation_p_values_reproduce_a_float64_permutation_reference():
     """procrustes' p-values: (1 + #{null ≥ value}) / (1 + K) over the same permutations, each permuted pair
     recomputed by the float64 reference."""
-    xa, xb = related_layers(7)
-    out, described = accumulate(["procrustes"], xa, xb, mode="exact")
+    out, described, pairs = procrustes_with_reference_null(7)
     count = described["procrustes"]["null"]
-    perms = draw_perms(count, len(xa[0]), perm_generator(0, -1), "cpu").numpy()
     want = np.empty((2, 2))
-    for i, x in enumerate(xa):
-        for j, y in enumerate(xb):
-            observed = reference.procrustes(x, y)
-            null = np.array([reference.procrustes(x, y[p]) for p in perms])
-            want[i, j] = (1 + np.sum(null >= observed - 1e-12)) / (1 + count)
+    for (i, j), (observed, null) in pairs.items():
+        want[i, j] = (1 + np.sum(null >= observed - 1e-12)) / (1 + count)
     np.testing.assert_array_equal(out["procrustes"]["p_value"], want)
     assert count == 199 and described["procrustes"]["smallest_p"] == 1 / 200
     assert 0.005 < want[0, 0] < 0.5  # the reference exercises a p-value between the extremes
@@ -145,17 +152,13 @@ def test_the_calibrated_score_is_the_calibrated_similarity_packages_over_the_sam
     recomputed by the float64 reference over the permutations simkit drew."""
     from simkit.engine.significance import p_value_columns
 
-    xa, xb = related_layers(7)
-    out, described = accumulate(["procrustes"], xa, xb, mode="exact")
+    out, described, pairs = procrustes_with_reference_null(7)
     count = described["procrustes"]["null"]
-    perms = draw_perms(count, len(xa[0]), perm_generator(0, -1), "cpu").numpy()
     want = np.empty((2, 2))
-    for i, x in enumerate(xa):
-        for j, y in enumerate(xb):
-            observed = reference.procrustes(x, y)
-            combined = np.sort(np.r_[observed, [reference.procrustes(x, y[p]) for p in perms]])
-            tau = combined[int(np.ceil(0.95 * (count + 1))) - 1]
-            want[i, j] = np.clip((observed - tau) / (1.0 - tau), 0.0, 1.0)
+    for (i, j), (observed, null) in pairs.items():
+        combined = np.sort(np.r_[observed, null])
+        tau = combined[int(np.ceil(0.95 * (count + 1))) - 1]
+        want[i, j] = np.clip((observed - tau) / (1.0 - tau), 0.0, 1.0)
     got = p_value_columns("procrustes", out["procrustes"], "holm")["calibrated"]
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
     assert (want > 0).any() and (want < 1).all()  # the reference reaches a score between the extremes

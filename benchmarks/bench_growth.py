@@ -1,7 +1,7 @@
 """How the cost grows with n (issue #41's scaling table): time and peak memory against the forwards.
 
 Whole processes (``os.wait4``: CPU seconds, wall seconds, peak RSS), ResNet-18 vs ResNet-34 on synthetic
-3×32×32 inputs, stem + every block + head (36 layers × 2), batch 64, 2 threads:
+3×32×32 inputs, stem + every block + head (10 layers of ResNet-18, 18 of ResNet-34), batch 64, 2 threads:
 
   bare      the two models' forward passes over the n inputs (the floor);
   default   ``simkit compare`` with its defaults (linear + unbiased CKA, minibatch);
@@ -26,6 +26,7 @@ import argparse
 import importlib.util
 import math
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -42,7 +43,7 @@ _spec.loader.exec_module(bench_compare)  # type: ignore[union-attr]
 Usage, run, cpu_name = bench_compare.Usage, bench_compare.run, bench_compare.cpu_name
 
 LAYERS = "conv1,layer*.?,fc"
-LAYERS_TOKENS = 6
+LAYERS_TOKENS = 3  # a side; 10^6 tokens x 384 features x 3 layers x 2 sides = 9.2 GB of float32 arrays
 THREADS = "2"
 BARE = textwrap.dedent("""
     import torch, torchvision
@@ -123,13 +124,17 @@ def token_rows(args: argparse.Namespace, say) -> None:
         base = torch.randn(sequences, 64, 384, generator=g)
         acts_a = {f"a{i}": base + 0.5 * torch.randn(base.shape, generator=g) for i in range(LAYERS_TOKENS)}
         acts_b = {f"b{i}": base @ torch.randn(384, 384, generator=g) / 20 for i in range(LAYERS_TOKENS)}
+        del base
+        arrays_gb = sum(x.numel() * 4 for x in (*acts_a.values(), *acts_b.values())) / 2**30
         for mode, extra in (("minibatch", {"batch_size": 2}), ("exact", {"null": 0})):
             started = time.perf_counter()
             simkit.compare_arrays(acts_a, acts_b, samples="tokens", mode=mode, progress=False, **extra)
             times[mode].append(time.perf_counter() - started)
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
             say(f"tokens={sequences * 64:>8} ({sequences} sequences x 64, {LAYERS_TOKENS} x {LAYERS_TOKENS} layers "
-                f"of 384) {mode:<9} CKA {times[mode][-1]:7.1f} s wall  {sequences * 64 / times[mode][-1]:,.0f} tokens/s")
-        del acts_a, acts_b, base
+                f"of 384) {mode:<9} CKA {times[mode][-1]:7.1f} s wall  {sequences * 64 / times[mode][-1]:,.0f} tokens/s  "
+                f"peak RSS so far {peak:.2f} GB (the arrays themselves: {arrays_gb:.2f} GB)")
+        del acts_a, acts_b
     for mode, seconds in times.items():
         if len(seconds) > 1:
             say(f"tokens {mode:<9} {slopes([t // 64 * 64 for t in args.tokens], seconds)}")

@@ -3,6 +3,8 @@ estimate against the budget, and every way out (``simkit.settings.memory`` says 
 
 from __future__ import annotations
 
+import math
+
 from simkit.errors import SimkitError
 
 
@@ -23,4 +25,5 @@ def over_budget(what: str, need: int, budget: int, *, most_n: int | None = None,
     return SimkitError(
         f"{what}: {size_text(need)} ({need} bytes) > `memory_budget_bytes`={size_text(budget)} ({budget} bytes); "
         f"use {', '.join(ways)}, fewer layers (`layers_a`, `layers_b`), `mode`=minibatch with a streamed measure "
-        "(linear_cka, unbiased_cka), or raise `memory_budget_bytes` (e.g. 8G)")
+        f"(linear_cka, unbiased_cka), or raise `memory_budget_bytes` to at least {math.ceil(need / 2**30)}G "
+        "if the machine has that much free")

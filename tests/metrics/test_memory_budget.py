@@ -80,6 +80,13 @@ def test_a_refusal_names_the_flag_the_estimate_and_the_ways_out(tmp_path):
     assert "Traceback" not in text and "memory_budget_bytes" not in text
     assert "> --memory-budget=2.0 KiB (2048 bytes)" in text
     for way in ("use at most n=", "--n", "fewer layers (--layers-a, --layers-b)", "--mode=minibatch",
-                "linear_cka, unbiased_cka", "raise --memory-budget"):
+                "linear_cka, unbiased_cka", "raise --memory-budget to at least 1G"):
         assert way in text, way
     assert not (tmp_path / "run" / "result.json").exists()
+
+
+def test_the_refusal_suggests_a_budget_that_holds_the_estimate():
+    from simkit.metrics.budget import over_budget
+
+    text = str(over_budget("rsa keeps one RDM per layer", need=31 * 2**30 + 1, budget=11 * 2**30))
+    assert "raise `memory_budget_bytes` to at least 32G" in text

@@ -1,6 +1,36 @@
 """Does invariance-aware stitching tell a clean model from a shortcut model that standard stitching calls compatible?
 
-Design (written before the run; scikit-learn digits 8×8, offline, CPU; issue #24, experiment 1)
+Run of record: claim S1, confirmatory (issue #39, experiment 3; written before the run)
+
+Why. The first run of this example (below, issue #24; seeds 0-4) pooled the four objectives in claim 1
+and found it "not reproduced" (A→S − A→A′ +5.5, CI +2.3 to +8.7); split by objective after the fact,
+HLM +2.3 [+0.5, +4.1] and SLM +1.4 [−0.5, +3.3] lay within the 5-point bound while DM +12.9 and FuLA
++5.4 did not (the paper itself says DM tends to score lower). A split found after the fact is a
+hypothesis, so this run tests it on fresh seeds with the split fixed in advance.
+
+What runs. The standard arm only (no IRIs: claim 1 is about standard stitching, so ``--iri-radius``
+has nothing to bound here), on seeds 5-9 (``--first-seed 5``: models, their data draws, stitch init
+and batch order, and the validation split, none used before); everything else as in the design below
+(models, preconditions, data, pairs A→A′, A→S, S→A, S→S′, layers, objectives, stitch budget and
+validation, ``penalty_min``).
+
+Claims and verdicts, fixed in advance (``penalty_min``, standard arm, fc1_relu + fc2_relu; per seed the
+mean over those two layers of one objective; paired by seed, 95 % t interval):
+- S1 (HLM): A→S − A→A′ and S→A − S→S′ each below +5 points (the weaker of the two decides).
+- S1 (SLM): the same with SLM.
+- S1 overall: the weaker of S1 (HLM) and S1 (SLM).
+- DM and FuLA (FuLA at fc1_relu only: at the last stitched layer it is DM) are reported separately,
+  each with the same two comparisons against the same bound, and decide nothing.
+Expected (the paper; the earlier split): S1 (HLM) and S1 (SLM) reproduced.
+
+    .venv/bin/python examples/stitching_shortcut.py --out runs/stitching_shortcut
+
+``--iri --first-seed 0`` runs the full design below (both arms, the wrong-patch pair, claims 1-3).
+The absent-cue claim (S3) has its own example, ``stitching_shortcut_absent.py``: here A and A′ see
+the patch during training and learn to ignore it, so claim 3 below cannot show its effect.
+
+Design of the full run (written before the first run; scikit-learn digits 8×8, offline, CPU; issue #24,
+experiment 1)
 
 Question. The paper's claims: (1) standard stitching rates a clean model and a model relying on a
 planted shortcut as similar; (2) invariance-aware stitching (the stitch trained only on IRIs of the
@@ -69,7 +99,7 @@ only the mean does, else "not reproduced"; a claim with several comparisons take
 
 Expected (the paper): claim 1 reproduced, claim 2 reproduced, claim 3 reproduced (where testable).
 
-    .venv/bin/python examples/stitching_shortcut.py --out runs/stitching_shortcut
+    .venv/bin/python examples/stitching_shortcut.py --iri --first-seed 0 --out runs/stitching_shortcut
 
 Writes each pair's run (``<out>/<pair>/report.html``, all seeds), the per-seed table
 ``examples/results/stitching_shortcut_table.csv`` and the text summary
@@ -176,7 +206,9 @@ def train_model(seed: int, data: Dataset, steps: int, name: str, side: int = 8, 
 @dataclass(frozen=True)
 class StitchPlan:
     """What every pair's stitching shares: layers, objectives (FuLA at every layer but the last), the
-    stitch budget and validation, seeds, and where runs and the IRI cache go."""
+    stitch budget and validation, seeds (``seeds`` of them from ``first_seed``), where runs and the IRI
+    cache go, and the arms: the IRI arm beside the standard one (``iri``), its IRIs searched unbounded
+    (``iri_radius`` None) or inside a ball of that radius around their seeds (``iri_norm``)."""
 
     layers: tuple[str, ...]
     seeds: int
@@ -185,13 +217,18 @@ class StitchPlan:
     lr: float
     out: Path
     cache_dir: Path
+    first_seed: int = 0
+    iri: bool = True
+    iri_radius: float | None = None
+    iri_norm: str = "linf"
 
     def settings(self, fula: bool) -> simkit.StitchSettings:
         """The settings of the main call (HLM, SLM, DM at every layer) or the FuLA call (every layer but
         the last)."""
         layers = list(self.layers[:-1] if fula else self.layers)
         return simkit.StitchSettings(layer_a=layers, layer_b=layers, objective=["fula"] if fula else list(OBJECTIVES),
-                                     iri=True, steps=self.steps, batch_size=128, lr=self.lr, seed=0, seeds=self.seeds,
+                                     iri=self.iri, iri_radius=self.iri_radius, iri_norm=self.iri_norm, steps=self.steps,
+                                     batch_size=128, lr=self.lr, seed=self.first_seed, seeds=self.seeds,
                                      val_every=self.val_every, val_fraction=0.1)
 
 
@@ -199,7 +236,7 @@ def stitch_pair(plan: StitchPlan, label: str, front: Callable[[int], nn.Module],
                 data: Dataset, test_data: Dataset | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """Every seed's stitches of one pair (``simkit.stitch`` with ``seeds``; FuLA in a second call at the
     layers where it differs from DM): (stitching rows with a ``pair`` column, IRI rows of the main call
-    with their diagnostics, warnings)."""
+    with their diagnostics (empty without the IRI arm), warnings)."""
     tables, iris, warned = [], pd.DataFrame(), []
     for fula in (False, True):
         if fula and len(plan.layers) < 2:
@@ -210,7 +247,7 @@ def stitch_pair(plan: StitchPlan, label: str, front: Callable[[int], nn.Module],
         simkit.save_run(result, out)
         tables.append(result.tables["stitching"])
         warned += [f"{label}: {w}" for w in result.summary["warnings"]]
-        if not fula:
+        if not fula and "iris" in result.tables:
             iris = result.tables["iris"].assign(pair=label)
     return pd.concat(tables, ignore_index=True).assign(pair=label), iris, warned
 
@@ -317,11 +354,15 @@ def penalty_tables(table: pd.DataFrame, layers: Sequence[str]) -> list[str]:
 
 IRI_DIAGNOSTICS = ("iri_converged_fraction", "seed_linf_median", "seed_l2_median", "b_target_class_fraction",
                    "b_seed_class_fraction")
+BOUNDED_DIAGNOSTICS = ("reached_inside_radius_fraction", "distance_median")  # a bounded search's, in its norm
 
 
 def iri_table(iris: pd.DataFrame, layers: Sequence[str]) -> list[str]:
-    """The IRI diagnostics per pair and layer, mean [95 % CI] over seeds (fractions and input units)."""
-    rows = {name: interval_cells(iris, ["pair", "layer_a"], name, scale=1.0, digits=2) for name in IRI_DIAGNOSTICS}
+    """The IRI diagnostics per pair and layer, mean [95 % CI] over seeds (fractions and input units); a
+    bounded search adds the fraction that reached the tolerance inside the ball and the median distance
+    from the seed in the ball's norm (the last two columns)."""
+    names = [*IRI_DIAGNOSTICS, *(name for name in BOUNDED_DIAGNOSTICS if name in iris.columns)]
+    rows = {name: interval_cells(iris, ["pair", "layer_a"], name, scale=1.0, digits=2) for name in names}
     with pd.option_context("display.width", 250, "display.max_rows", 500, "display.max_colwidth", 30):
         frame = pd.DataFrame(rows)
         frame = frame.reindex(sorted(frame.index, key=lambda k: (k[0], list(layers).index(k[1]))))
@@ -420,7 +461,7 @@ def claims(table: pd.DataFrame, failed: set[str], layers: Sequence[str]) -> list
         measure = per_seed(table, pair, setting, objectives, DEEP, "penalty_min")
         return measure - per_seed(table, ref, setting, objectives, DEEP, "penalty_min")
     blocked = "precondition failed (see the model checks)" if failed else None
-    refs = (("A->A2", "A->S"), ("S->S2", "S->A"))
+    refs = SAME_KIND_REFS
     one = Claim("Claim 1", "standard stitching rates clean<->shortcut about as compatible as same-kind pairs "
                 "(penalty_min, standard arm, fc1_relu + fc2_relu, all objectives scored there; at most 5 points worse)",
                 [compare(f"{p} − {r}", per_seed(table, p, "standard", ALL_OBJECTIVES, DEEP, "penalty_min"),
@@ -436,6 +477,32 @@ def claims(table: pd.DataFrame, failed: set[str], layers: Sequence[str]) -> list
                   [compare(f"({p} − {r}) iri − standard", gap("iri", IRI_OBJECTIVES, r, p),
                            gap("standard", IRI_OBJECTIVES, r, p), True, 0.0) for r, p in refs], blocked)
     return [one, two, two_b, claim_three(table, failed, layers)]
+
+
+OBJECTIVE_NAMES = {"hlm": "HLM", "slm": "SLM", "dm": "DM", "fula": "FuLA"}
+S1_OBJECTIVES = ("hlm", "slm")  # the confirmatory run's deciding objectives; DM and FuLA are reported separately
+SAME_KIND_REFS = (("A->A2", "A->S"), ("S->S2", "S->A"))  # (same-kind pair, clean<->shortcut pair with its front)
+
+
+def claims_by_objective(table: pd.DataFrame, failed: set[str]) -> list[Claim]:
+    """Claim S1 of the confirmatory run, one objective at a time (penalty_min, standard arm, fc1_relu +
+    fc2_relu; A→S − A→A′ and S→A − S→S′ each below +5 points): S1 (HLM) and S1 (SLM) decide, S1 overall
+    is the weaker of the two; DM and FuLA follow with the same comparisons, reported separately."""
+    blocked = "precondition failed (see the model checks)" if failed else None
+
+    def one(objective: str, name: str) -> Claim:
+        shown = OBJECTIVE_NAMES[objective]
+        return Claim(name, f"standard stitching with {shown} rates clean<->shortcut at most 5 points worse "
+                     "than the same-kind pair with the same front (penalty_min, fc1_relu + fc2_relu)",
+                     [compare(f"{shown} {p} − {r}", per_seed(table, p, "standard", (objective,), DEEP, "penalty_min"),
+                              per_seed(table, r, "standard", (objective,), DEEP, "penalty_min"), False, -5.0)
+                      for r, p in SAME_KIND_REFS], blocked)
+    decided = [one(objective, f"S1 ({OBJECTIVE_NAMES[objective]})") for objective in S1_OBJECTIVES]
+    overall = Claim("S1 overall", "the weaker of S1 (HLM) and S1 (SLM)",
+                    [c for claim in decided for c in claim.comparisons], blocked)
+    separate = [one(objective, f"{OBJECTIVE_NAMES[objective]} (reported separately, decides nothing)")
+                for objective in ALL_OBJECTIVES if objective not in S1_OBJECTIVES]
+    return [*decided, overall, *separate]
 
 
 def claim_three(table: pd.DataFrame, failed: set[str], layers: Sequence[str]) -> Claim:
@@ -470,26 +537,36 @@ def exploitation_cells(table: pd.DataFrame, layers: Sequence[str]) -> list[str]:
                 cells.unstack("layer_a").reindex(columns=list(layers)).fillna("-").to_string()]
 
 
-def parse_args(name: str = "stitching_shortcut", seeds: int = 5, description: str | None = None) -> argparse.Namespace:
+def parse_args(name: str = "stitching_shortcut", seeds: int = 5, description: str | None = None,
+               first_seed: int = 0) -> argparse.Namespace:
+    """The stitching experiments' command line, parsed (:func:`argument_parser`)."""
+    return argument_parser(name, seeds, description, first_seed).parse_args()
+
+
+def argument_parser(name: str = "stitching_shortcut", seeds: int = 5, description: str | None = None,
+                    first_seed: int = 0) -> argparse.ArgumentParser:
     """The stitching experiments' command line: ``--out runs/NAME``, ``--results examples/results/NAME.txt``,
-    seeds, training and stitching budgets, threads."""
+    seeds (``--seeds`` of them from ``--first-seed``), training and stitching budgets, threads."""
     parser = argparse.ArgumentParser(description=description or __doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(f"runs/{name}"))
     parser.add_argument("--results", type=Path, default=Path(f"examples/results/{name}.txt"))
     parser.add_argument("--seeds", type=int, default=seeds)
+    parser.add_argument("--first-seed", type=int, default=first_seed, help="the first of the seeds (models, data "
+                        "draws, stitches, validation split)")
     parser.add_argument("--train-steps", type=int, default=800)
     parser.add_argument("--stitch-steps", type=int, default=200)
     parser.add_argument("--val-every", type=int, default=20)
     parser.add_argument("--stitch-lr", type=float, default=2e-3)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: no oversubscription on a "
                         "shared machine)")
-    return parser.parse_args()
+    return parser
 
 
-def train_all(seeds: int, steps: int) -> dict[tuple[str, int], nn.Module]:
-    """A, A′, S, S′ of every seed, each on its own data draw (init seed ``100·seed + k``)."""
+def train_all(seeds: int, steps: int, first_seed: int = 0) -> dict[tuple[str, int], nn.Module]:
+    """A, A′, S, S′ of every seed (``seeds`` from ``first_seed``), each on its own data draw (init seed
+    ``100·seed + k``)."""
     models = {}
-    for seed in range(seeds):
+    for seed in range(first_seed, first_seed + seeds):
         data = datasets(seed)
         for k, name in enumerate(MODELS):
             models[(name, seed)] = train_model(100 * seed + k, data[name], steps, f"{name} seed {seed}")
@@ -505,21 +582,12 @@ def write(lines: list[str], table: pd.DataFrame, results: Path) -> None:
     table.to_csv(results.with_name(results.stem + "_table.csv"), index=False, float_format="%.6g")
 
 
-def main() -> None:
-    args = parse_args()
-    torch.set_num_threads(args.threads)
-    clock = RunClock()
-    data = datasets(0)
-    models = train_all(args.seeds, args.train_steps)
-    checks, failed = check_models(models, data)
-    lines = [__doc__.splitlines()[0], "", "Model checks (accuracy; preconditions: evaluation >= 0.93 for every "
-             "model, wrong patch <= 0.20 for S, S2):", *checks,
-             f"Preconditions: {'FAILED for ' + ', '.join(sorted(failed)) if failed else 'all met'}", ""]
-    print("\n".join(lines), flush=True)
-    plan = StitchPlan(LAYERS, args.seeds, args.stitch_steps, args.val_every, args.stitch_lr, args.out,
-                      args.out / ".iri-cache")
+def stitch_pairs(plan: StitchPlan, pairs: Sequence[tuple[str, str, str]], models: dict[tuple[str, int], nn.Module],
+                 data: dict[str, Dataset], clock: RunClock) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """Every pair of ``pairs`` (front, back, ``eval`` or ``wrong`` split) stitched with ``plan``: (the
+    stitching rows of all, their IRI rows, warnings)."""
     frames, iri_frames, warned = [], [], []
-    for front, back, split in PAIRS:
+    for front, back, split in pairs:
         label = f"{front}->{back}" + (" (wrong patch)" if split == "wrong" else "")
         rows, iris, w = stitch_pair(plan, label, lambda s, m=front: models[(m, s)], lambda s, m=back: models[(m, s)],
                                     data["stitch"], data["wrong"] if split == "wrong" else None)
@@ -527,16 +595,41 @@ def main() -> None:
         iri_frames.append(iris)
         warned += w
         print(f"{label}: done at {time.perf_counter() - clock.started:.0f} s", flush=True)
-    table = pd.concat(frames, ignore_index=True)
+    return pd.concat(frames, ignore_index=True), pd.concat(iri_frames, ignore_index=True), warned
+
+
+def main() -> None:
+    parser = argument_parser(first_seed=5)
+    parser.add_argument("--iri", action="store_true", help="the full design: add the IRI arm, the wrong-patch "
+                        "pair and claims 1-3 (default: the S1 confirmatory run, standard arm only)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    clock = RunClock()
+    data = datasets(0)
+    models = train_all(args.seeds, args.train_steps, args.first_seed)
+    checks, failed = check_models(models, data)
+    seeds = f"seeds {args.first_seed}-{args.first_seed + args.seeds - 1}"
+    run = ("the full design (both arms, claims 1-3)" if args.iri else
+           "S1 confirmatory (issue #39, experiment 3): the standard arm only")
+    lines = [__doc__.splitlines()[0], "", f"Run: {run}, {seeds}.", "",
+             "Model checks (accuracy; preconditions: evaluation >= 0.93 for every "
+             "model, wrong patch <= 0.20 for S, S2):", *checks,
+             f"Preconditions: {'FAILED for ' + ', '.join(sorted(failed)) if failed else 'all met'}", ""]
+    print("\n".join(lines), flush=True)
+    plan = StitchPlan(LAYERS, args.seeds, args.stitch_steps, args.val_every, args.stitch_lr, args.out,
+                      args.out / ".iri-cache", first_seed=args.first_seed, iri=args.iri)
+    pairs = PAIRS if args.iri else [p for p in PAIRS if p[2] == "eval"]
+    table, iris, warned = stitch_pairs(plan, pairs, models, data, clock)
     lines += [f"Stitch budget: {args.stitch_steps} Adam steps (lr {args.stitch_lr:g}) per stitch, validation every "
               f"{args.val_every} steps "
               f"(chosen step: mean {table.chosen_step.mean():.0f}, range {table.chosen_step.min()}-"
-              f"{table.chosen_step.max()}); {args.seeds} seeds; layers {', '.join(LAYERS)}."]
+              f"{table.chosen_step.max()}); {seeds}; layers {', '.join(LAYERS)}."]
     lines += ["", "VERDICTS (per-seed differences in points, paired by seed, 95 % t interval):"]
-    for claim in claims(table, failed, LAYERS):
+    for claim in claims(table, failed, LAYERS) if args.iri else claims_by_objective(table, failed):
         lines += claim.lines()
-    lines += penalty_tables(table[table.pair != "A->A2 (wrong patch)"], LAYERS) + exploitation_cells(table, LAYERS)
-    lines += iri_table(pd.concat(iri_frames, ignore_index=True), LAYERS)
+    lines += penalty_tables(table[table.pair != "A->A2 (wrong patch)"], LAYERS)
+    if args.iri:
+        lines += exploitation_cells(table, LAYERS) + iri_table(iris, LAYERS)
     lines += ["", "Warnings:", *(warned or ["none"]), "", *clock.lines()]
     write(lines, table, args.results)
 

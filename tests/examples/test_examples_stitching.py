@@ -122,3 +122,18 @@ def test_robust_claims_order_and_preconditions():
     table = _table(gaps, seeds=3)
     assert [c.verdict() for c in robust.claims(table, set())] == ["reproduced"] * 3
     assert all(v.startswith("precondition failed for N") for v in (c.verdict() for c in robust.claims(table, {"N"})))
+
+
+def test_s1_is_decided_by_hlm_and_slm_alone_and_dm_is_reported_apart():
+    table = _table(_shortcut_gaps(iri_gap=[0.0] * 5, std_gap=[0.01, 0.0, 0.02, 0.01, 0.0],
+                                  exploit=[0.0] * 5, iri_exploit=[0.0] * 5), noise=0.002)
+    far = table["pair"].isin(["A->S", "S->A"]) & (table["objective"] == "dm")
+    table.loc[far, ["penalty", "penalty_min"]] += 0.12  # DM rates clean<->shortcut 12 points worse
+    found = {c.name: c.verdict() for c in shortcut.claims_by_objective(table, set())}
+    names = list(found)
+    assert names[:3] == ["S1 (HLM)", "S1 (SLM)", "S1 overall"] and len(names) == 5
+    assert [found[n] for n in names[:3]] == ["reproduced"] * 3
+    dm = next(n for n in names if n.startswith("DM"))
+    assert found[dm] == "not reproduced" and "decides nothing" in dm
+    assert all(v.startswith("precondition failed") for v in
+               (c.verdict() for c in shortcut.claims_by_objective(table, {"S"})))

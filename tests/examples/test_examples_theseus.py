@@ -80,16 +80,18 @@ def test_per_seed_table_and_header_record_what_the_note_needs() -> None:
     assert table.splitlines() == ["| x | y |", "|---|---|", "| 1.23 | a |"]
 
 
-def test_schedule_experiment_keeps_experiment_1s_budget_with_its_own_run_directory() -> None:
+def test_schedule_experiment_gives_joint_the_module_updates_progressive_used() -> None:
     schedules = pytest.importorskip("theseus_schedules")
-    args = schedules.parse_args([])
-    assert args.out == schedules.OUT
-    s = schedules.schedule_settings(args).validate()
-    first = pytest.importorskip("theseus_mnist1d").settings(schedules.parse([]))
-    assert s.schedule == schedules.SCHEDULES and s.guide_init == ["trained"] and s.baselines == []
-    for name in ("steps_per_stage", "finetune_epochs", "head_epochs", "align_val", "train_guide", "seeds"):
-        assert getattr(s, name) == getattr(first, name)
-    assert schedules.parse_args(["--out", "x"]).out == Path("x")
+    args = schedules.parse([])
+    s = schedules.base_settings(args, 3).validate()
+    assert s.schedule == schedules.STAGED and s.baselines == [] and s.auto_stages and s.plateau_budget
+    assert s.seed == 3 and s.seeds == 1 and s.align_val
+    joint = schedules.joint_settings(s, 36 * 50 + 7).validate()
+    assert joint.schedule == ["joint"] and joint.stage_steps == 50 and joint.effective_stop_loss is None
+    summary = pd.DataFrame({"seed": [0] * 7, "schedule": ["progressive"] * 6 + ["joint"],
+                            "stage": [f"stage{i}" for i in range(1, 7)] + ["joint"], "steps": [10] * 6 + [35]})
+    updates = schedules.module_updates(summary).set_index("schedule")["updates"]
+    assert updates["progressive"] == 10 * 21 == updates["joint"]
 
 
 def test_schedule_order_lists_neighbours_by_measured_mean() -> None:
@@ -99,8 +101,22 @@ def test_schedule_order_lists_neighbours_by_measured_mean() -> None:
     lines = schedules.order_lines(values)
     assert lines[0].startswith("Measured order: joint 85.5 > progressive 81.0 > sequential 70.0 > independent")
     assert "| joint − progressive |" in lines[4] and lines[4].endswith("| yes |")
-    claims = schedules.paper_claims(values)
-    assert [c.verdict() for c in claims] == ["not reproduced", "reproduced", "not reproduced"]
+    gate = Claim("gate", "", series([0.95, 0.96, 0.97]), size=0.90)
+    claims = schedules.claims(values, values, gate)
+    assert [c.verdict() for c in claims[:2]] == ["not reproduced", "not reproduced"]
+    failed = Claim("gate", "", series([0.80, 0.82, 0.81]), size=0.90)
+    assert schedules.claims(values, values, failed)[0].verdict().startswith("not testable at this scale")
+
+
+def test_mnist1d_designs_keep_e1_as_it_ran_and_give_every_other_design_the_plateau_rule() -> None:
+    first = pytest.importorskip("theseus_mnist1d")
+    e1 = first.settings(first.parse([])).validate()
+    assert e1.baseline_budget == "steps" and e1.steps_per_stage == 300 and e1.seeds == 5
+    assert e1.guide_init == ["trained", "random"] and e1.baselines == ["scratch", "kd"]
+    row_a = first.settings(first.parse(["--design", "row-a"])).validate()
+    assert row_a.baseline_budget == "plateau" and row_a.steps_per_stage == 1000 and row_a.seeds == 3
+    assert first.parse(["--design", "row-a-untrained"]).out == Path("runs/theseus_mnist1d_row_a_untrained")
+    assert first.settings(first.parse(["--design", "dmnn"])).validate().metric == ["linear_cka", "dmnn"]
 
 
 def test_a_row_that_requires_the_guides_margin_is_not_testable_without_it() -> None:
@@ -132,9 +148,11 @@ def test_vit_pretraining_set_is_generated_with_another_seed_and_leaves_random_st
     assert s.train_guide == 0 and s.baselines == ["scratch", "kd"] and s.align_val and s.seeds == 5
 
 
-def test_labelled_epochs_are_equal_by_construction_in_the_deep_to_shallow_design() -> None:
+def test_deep_to_shallow_design_gives_every_arm_the_plateau_rule_with_a_floor_and_a_cap() -> None:
     d2s = pytest.importorskip("theseus_deep_to_shallow")
-    s = d2s.settings(d2s.parse(["--labelled-epochs", "120", "--head-epochs", "4"])).validate()
-    assert s.effective_head_epochs + s.effective_finetune_epochs == 120 == s.baseline_budget_epochs
+    s = d2s.settings(d2s.parse(["--floor-epochs", "24", "--head-epochs", "4", "--cap-epochs", "90"])).validate()
+    assert s.effective_head_epochs + s.effective_finetune_epochs == 24
+    assert s.baseline_budget == "plateau" and s.baseline_max_epochs == 90 and s.seeds == 8 and s.group == 2
+    assert s.guide_init == ["trained", "random"] and s.baselines == ["scratch"]
     charlm = pytest.importorskip("theseus_charlm")
     assert charlm.settings(charlm.parse([])).validate().seeds == 3

@@ -8,11 +8,13 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simkit.errors import SimkitError
 from simkit.metrics import cca, procrustes, procrustes_angle, pwcca, shape_metric, svcca
+from simkit.metrics.shape import nuclear_norm, nuclear_norm_of_draw
 from tests import reference
 
 # ------------------------------------------------------------------------------ data
@@ -277,3 +279,19 @@ def test_ranges(seed):
     x, y = data(20, 3, 4, seed=seed, noise=2.0)
     for fn in (procrustes, cca, svcca, pwcca):
         assert -1e-12 <= fn(x, y) <= 1 + 1e-12
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.integers(1, 40), cols=st.integers(1, 40), rank=st.integers(0, 40), seed=st.integers(0, 10**6),
+       scale=st.sampled_from([1e-6, 1.0, 1e6]))
+def test_a_null_draws_nuclear_norm_is_within_its_stated_bound_of_the_singular_values(rows, cols, rank, seed, scale):
+    """Rank-deficient blocks included (where the exact norm takes the SVD): ``min(r, s) · 3e-8 · ‖t‖₂``."""
+    g = torch.Generator().manual_seed(seed)
+    k = min(rank, rows, cols)
+    t = scale * (torch.randn(rows, k, generator=g, dtype=torch.float64)
+                 @ torch.randn(k, cols, generator=g, dtype=torch.float64))
+    s = np.linalg.svd(t.numpy(), compute_uv=False)
+    want = float(s.sum())
+    bound = min(rows, cols) * 3e-8 * float(s.max(initial=0.0))
+    assert abs(nuclear_norm_of_draw(t) - want) <= bound + 1e-300
+    assert nuclear_norm(t) == pytest.approx(want, rel=1e-9, abs=1e-300)

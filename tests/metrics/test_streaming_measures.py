@@ -27,8 +27,10 @@ from simkit.metrics import (
     svcca,
 )
 from simkit.metrics.settings import CompareSettings
-from simkit.metrics.streaming import make_accumulator
+from simkit.metrics.streaming import make_accumulator, stored_samples_bytes
 from simkit.metrics.streaming.common import draw_perms, perm_generator
+from simkit.metrics.streaming.folds import fold_path_bytes
+from tests.helpers import STREAM_FOLDS
 
 pytestmark = pytest.mark.filterwarnings("ignore:rsa is undefined:RuntimeWarning")  # A[0] has p = 1
 N = 31
@@ -76,8 +78,9 @@ def split_sizes(n, cuts):
     return [b - a for a, b in zip(edges[:-1], edges[1:], strict=True)]
 
 
-def build(metrics=NEW, mode="exact", **kw):
-    return make_accumulator(CompareSettings(metrics=metrics, mode=mode, **{"null": 0, **OPTS, **kw}), [x.shape[1] for x in XA], [y.shape[1] for y in XB])
+def build(metrics=NEW, mode="exact", max_stored_n=STREAM_FOLDS, **kw):
+    return make_accumulator(CompareSettings(metrics=metrics, mode=mode, **{"null": 0, **OPTS, **kw}),
+                            [x.shape[1] for x in XA], [y.shape[1] for y in XB], max_stored_n=max_stored_n)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -115,6 +118,22 @@ def test_every_result_names_its_path():
     assert {m: d["path"] for m, d in with_null.items()} == {
         **expected, **{m: "stored-cov" for m in NEW[:6]}, "ridge_r2": "stored-folds"}
     assert all(d["null"] == 2 for d in with_null.values())
+
+
+def test_ridge_stores_its_samples_when_they_fit_the_budget_and_streams_its_folds_otherwise():
+    dims_a, dims_b = [x.shape[1] for x in XA], [y.shape[1] for y in XB]
+    fits = stored_samples_bytes(dims_a, dims_b, 1000)
+    assert fits == 4 * 1000 * (sum(dims_a) + sum(dims_b))
+    budget = max(fits, fold_path_bytes(dims_a, dims_b, OPTS["ridge_folds"]))
+    paths = {}
+    for max_n in (1000, budget):   # budget samples of float32 cannot fit budget bytes
+        acc = feed(build(["ridge_r2"], memory_budget_bytes=budget, max_stored_n=max_n), XA, XB, [N])
+        method = acc.describe()["ridge_r2"]
+        paths[max_n] = method["path"]
+        np.testing.assert_allclose(acc.compute()["ridge_r2"]["value"], REF["ridge_r2"], atol=1e-8, rtol=0)
+    assert paths == {1000: "stored-folds", budget: "folds"}
+    stored = feed(build(["ridge_r2"], memory_budget_bytes=budget, max_stored_n=1000), XA, XB, [N])
+    assert "faster than streaming the per-fold sums" in stored.describe()["ridge_r2"]["reason"]
 
 
 def test_exact_cka_and_shape_measures_share_the_feature_sums():

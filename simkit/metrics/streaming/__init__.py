@@ -66,7 +66,9 @@ rule in :mod:`simkit.metrics._checks` (:func:`~simkit.metrics._checks.constant_c
   via the ``n × n`` Gram when ``p > n``), the null permuting B's rows of those bases.
 * ``ridge_r2`` (both modes, exact) — path ``"folds"``: per-fold moments streamed (sample ``g`` in fold
   ``g mod ridge_folds``, ``g`` its global position, from ``row_offset``), about ``8·k·(P·Q + Σp_i²)`` bytes
-  (:func:`~simkit.metrics.streaming.folds.fold_path_bytes`); beyond the budget or with a null, path
+  (:func:`~simkit.metrics.streaming.folds.fold_path_bytes`), taken only when the stored samples could
+  exceed the budget (``max_stored_n`` samples of every layer, :func:`stored_samples_bytes`); when they fit,
+  beyond the budget or with a null, path
   ``"stored-folds"`` (the same estimator on stored samples, one A layer at a time: its fold factorisations
   made once for the value and every permutation of a null; a wide layer in sample space,
   :class:`~simkit.metrics.predictivity.SampleFolds`). Directional: A's
@@ -300,15 +302,25 @@ def make_accumulator(settings: CompareSettings, dims_a: Sequence[int], dims_b: S
                        groups=codes)
 
 
+def stored_samples_bytes(dims_a: Sequence[int], dims_b: Sequence[int], n: int, itemsize: int = 4) -> int:
+    """Bytes of ``n`` stored float32 samples of every layer of both models."""
+    return itemsize * int(n) * (sum(dims_a) + sum(dims_b))
+
+
 def _stored_reason(name: str, settings: CompareSettings, needed: int, what: str, draws: int, budget: int) -> str:
-    """Why ``name`` takes the stored path: its own nature, a permutation null, or the memory budget."""
+    """Why ``name`` takes the stored path: its own nature, a permutation null, the memory budget, or (the
+    fold sums of ``ridge_r2``) stored samples that fit it: the stored fold solves are the faster path."""
     if strategy(name, settings.mode) == "stored":
         return _STORED_REASONS.get(name, "it needs all samples at once")
     if draws:
         return "a permutation null needs stored activations"
     if settings.ci is not None:
         return "a bootstrap interval needs stored activations"
-    return f"{what} need {needed} bytes > memory_budget_bytes={budget} ({budget_source(settings.memory_budget_bytes)})"
+    source = f"memory_budget_bytes={budget} ({budget_source(settings.memory_budget_bytes)})"
+    if needed > budget:
+        return f"{what} need {needed} bytes > {source}"
+    return (f"its stored samples fit {source} up to max_stored_n samples, and the stored fold solves are "
+            f"faster than streaming {what}")
 
 
 _STORED_REASONS = {"mutual_knn": "k-NN needs all samples", "jaccard_knn": "k-NN needs all samples",
@@ -332,10 +344,12 @@ def _parts(settings: CompareSettings, dims_a: list[int], dims_b: list[int], name
     budget = memory_budget(settings.memory_budget_bytes)
     sizes = {"features": (feature_path_bytes(dims_a, dims_b), "the feature-space sums"),
              "folds": (fold_path_bytes(dims_a, dims_b, settings.ridge_folds), "the per-fold sums")}
+    samples_fit = stored_samples_bytes(dims_a, dims_b, max_stored_n) <= budget
     for name in settings.metrics:
         where = strategy(name, settings.mode)
         needed, what = sizes.get(where, (0, ""))
-        if where in sizes and (draws.of(name) or settings.ci is not None or needed > budget):
+        if where in sizes and (draws.of(name) or settings.ci is not None or needed > budget
+                               or (where == "folds" and samples_fit)):
             where = "stored"
         if where == "stored":
             reasons[name] = _stored_reason(name, settings, needed, what, draws.of(name), budget)

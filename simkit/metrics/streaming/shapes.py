@@ -21,6 +21,8 @@ from simkit.metrics.shape import (
     is_degenerate,
     joint_message,
     jointly_degenerate,
+    nuclear_norm,
+    nuclear_norm_of_draw,
     pair_values,
     used_directions,
 )
@@ -53,8 +55,11 @@ def shape_notes(measure: str) -> str:
 
 def shape_values(measures: Sequence[str], spec_a: Sequence[Spectrum], spec_b: Sequence[Spectrum],
                  cross: Callable[[int], list[Tensor]], n: int, settings: MeasureSettings, names: Names,
-                 const_a: Tensor, const_b: Tensor, warn: bool = True) -> dict[str, Tensor]:
-    """``{measure: (L_a, L_b)}`` float64; ``cross(i)`` gives ``T0`` of A layer ``i`` with every B layer.
+                 const_a: Tensor, const_b: Tensor, warn: bool = True, null_draw: bool = False
+                 ) -> dict[str, Tensor]:
+    """``{measure: (L_a, L_b)}`` float64; ``cross(i)`` gives ``T0`` of A layer ``i`` with every B layer;
+    ``null_draw``: a permutation null's draw, whose nuclear norms may take
+    :func:`~simkit.metrics.shape.nuclear_norm_of_draw` (never an SVD, within 3e-5 of the norm).
 
     Constant layers and degenerate whitening give NaN, by the rules of the one-shot functions: a layer
     that whitens ``n − 1`` directions (:func:`~simkit.metrics.shape.is_degenerate`) and a pair whose
@@ -76,6 +81,7 @@ def shape_values(measures: Sequence[str], spec_a: Sequence[Spectrum], spec_b: Se
                         warnings.warn(degenerate_message(m, layer_names[k], specs[k], n, settings),
                                       RuntimeWarning, stacklevel=5)
     joint: dict[str, list[tuple[str, int, int]]] = {m: [] for m in measures}
+    norm = nuclear_norm_of_draw if null_draw else nuclear_norm
     for i in range(la):
         if bool(const_a[i]) or spec_a[i].rank == 0:  # rank 0: no variance above rounding, as constant
             continue
@@ -97,7 +103,7 @@ def shape_values(measures: Sequence[str], spec_a: Sequence[Spectrum], spec_b: Se
                 continue
             if t0s is None:
                 t0s = cross(i)
-            values = pair_values(spec_a[i], spec_b[j], t0s[j], chosen, settings)
+            values = pair_values(spec_a[i], spec_b[j], t0s[j], chosen, settings, norm)
             for m, v in values.items():
                 out[m][i, j] = v
     if warn:

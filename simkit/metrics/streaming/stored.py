@@ -432,7 +432,8 @@ class StoredPart:
             rows_b = joined if order is None else joined[order]
             return shape_values(measures, spec_a, spec_b,
                                 lambda i: list(torch.split(spec_a[i].basis.T @ rows_b, widths, 1)),
-                                n, self.settings, self.names, const_a, const_b, warn=warn)
+                                n, self.settings, self.names, const_a, const_b, warn=warn,
+                                null_draw=order is not None)
 
         values = run(None, True)
         out: dict[str, dict[str, Any]] = {m: {"value": values[m]} for m in measures}

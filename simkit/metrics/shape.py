@@ -221,15 +221,18 @@ def nuclear_norm(t: Tensor, rank: int | None = None) -> float:
 
 
 def nuclear_norm_of_draw(t: Tensor, rank: int | None = None) -> float:
-    """``‖t‖_*`` for a draw of a permutation null: ``Σ √max(μ, 0)`` over the eigenvalues of the smaller Gram,
-    never the SVD. Each root errs by at most ``√(EIGEN_ERROR · eps · μ_max)`` (a near-zero ``μ`` included),
-    so the norm by at most ``min(r, s) · 3e-8 · ‖t‖₂``: below 3e-5 of the norm for 1000-wide blocks, far
-    inside the spread of a null of a few draws, and without the SVD that :func:`nuclear_norm` falls back to
-    for a rank-deficient block (``rank`` is accepted for the same signature and not needed)."""
+    """``‖t‖_*`` for a draw of a permutation null: ``Σ √μ`` over the eigenvalues of the smaller Gram, never the
+    SVD; an eigenvalue within its error ``EIGEN_ERROR · eps · μ_max`` of zero counts as zero (a rank-deficient
+    block's zero singular values stay zero). Each root errs by at most ``√(EIGEN_ERROR · eps · μ_max)``, so
+    the norm by at most ``min(r, s) · 3e-8 · ‖t‖₂``: below 3e-5 of the norm for 1000-wide blocks, far inside
+    the spread of a null of a few draws, and without the SVD that :func:`nuclear_norm` falls back to for a
+    rank-deficient block (``rank`` is accepted for the same signature and not needed)."""
     if not t.numel():
         return 0.0
     gram = t.T @ t if t.shape[0] >= t.shape[1] else t @ t.T
-    return float(torch.linalg.eigvalsh(gram).clamp_min(0.0).sqrt().sum())
+    mu = torch.linalg.eigvalsh(gram)
+    cut = EIGEN_ERROR * torch.finfo(mu.dtype).eps * float(mu[-1])
+    return float(mu[mu > cut].sqrt().sum())
 
 
 def _canonical_directions(t: Tensor, m: int) -> tuple[Tensor, Tensor]:

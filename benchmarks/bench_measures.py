@@ -63,7 +63,8 @@ def measure(batches, metrics: list[str], mode: str, null: int | None, batch: int
 
     dims_a = [a.shape[1] for a in batches[0][0]]
     dims_b = [b.shape[1] for b in batches[0][1]]
-    acc = make_accumulator(CompareSettings(metrics=metrics, mode=mode, null=null), dims_a, dims_b)
+    rows = sum(int(acts_a[0].shape[0]) for acts_a, _ in batches)   # known, as `simkit compare` knows its n
+    acc = make_accumulator(CompareSettings(metrics=metrics, mode=mode, null=null), dims_a, dims_b, expected_n=rows)
     start = time.perf_counter()
     for index, (acts_a, acts_b) in enumerate(batches):
         acc.update(acts_a, acts_b, batch_index=index, row_offset=index * batch)

@@ -42,8 +42,8 @@ at least {LARGE_EFFECT:.0%} of the range beyond it.
 **Strategy** (per mode `minibatch / exact`): `gram` per-batch Gram sums, `features` exact feature-space
 sums, `folds` cross-validated ridge sums (all three streamed: memory does not grow with n), `stored` the
 activations kept (`stored-<path>` in `meta.method`); a permutation null or a small memory budget sends a
-streamed measure to `stored`, and `ridge_r2` stores its samples whenever `max_stored_n` of them fit the
-budget (its stored fold solves are faster than the streamed fold sums).
+streamed measure to `stored`, and `ridge_r2` stores its samples when their number is known and they fit
+the budget (its stored fold solves are faster than the streamed fold sums).
 """
 
 

@@ -44,8 +44,3 @@ def without_timings(value):
     if isinstance(value, dict):
         return {k: without_timings(v) for k, v in value.items() if not is_timing(k)}
     return [without_timings(v) for v in value] if isinstance(value, list) else value
-
-
-#: ``max_stored_n`` of so many samples that storing them could exceed any memory budget: every measure then
-#: takes the strategy the catalogue names (``ridge_r2`` streams its fold sums instead of storing its samples)
-STREAM_FOLDS = 10**15

@@ -169,7 +169,7 @@ def stream_and_compute(activations: Iterable[Activations], settings: CompareSett
 
     def build(da: list[int], db: list[int]) -> Accumulator:
         return make_accumulator(settings, da, db, names_a=names_a, names_b=names_b, groups=labels,
-                                blocks=None if layout is None else layout.blocks())
+                                blocks=None if layout is None else layout.blocks(), expected_n=expected_rows)
 
     for index, acts_a, acts_b in activations:
         if accumulator is None:

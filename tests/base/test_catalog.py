@@ -24,7 +24,7 @@ from simkit.cli.main import app
 from simkit.metrics.streaming import make_accumulator
 from simkit.report.compare import colour_range
 from simkit.settings.compare import MEASURE_FIELDS, CompareSettings
-from tests.helpers import ROOT, STREAM_FOLDS
+from tests.helpers import ROOT
 
 GUIDE = ROOT / "docs" / "measures.md"   # "Choosing a measure" (moved there from the README)
 
@@ -60,8 +60,7 @@ def test_the_metric_help_lists_every_measure_and_the_defaults():
 def test_every_measure_is_routed_to_the_strategy_the_catalogue_names():
     for mode in ("minibatch", "exact"):
         for name in METRICS:
-            acc = make_accumulator(CompareSettings(metrics=[name], mode=mode, null=0), [3, 2], [4],
-                                   max_stored_n=STREAM_FOLDS)
+            acc = make_accumulator(CompareSettings(metrics=[name], mode=mode, null=0), [3, 2], [4])
             where = {"MinibatchPart": "gram", "FeaturePart": "features", "FoldPart": "folds",
                      "StoredPart": "stored"}
             assert [where[type(p).__name__] for p in acc.parts] == [strategy(name, mode)], (name, mode)

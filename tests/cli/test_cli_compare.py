@@ -161,11 +161,12 @@ def test_compare_with_every_new_measure_end_to_end(tmp_path):
     assert "ridge_r2 is directional" in html and "not symmetric" in html
 
 
-# 50,000 stored samples of these MLPs' 72 features take 14.4 MB: they fit the machine's budget, not 1 MiB
-@pytest.mark.parametrize("budget, ridge_path", [([], "stored-folds"), (["--memory-budget", "1MiB"], "folds")])
+# 512 stored samples of these MLPs' 72 features take 147 KB: more than a 120K budget, which holds ridge_r2's
+# fold sums (100 KB) and the covariance sums of cca and procrustes
+@pytest.mark.parametrize("budget, ridge_path", [([], "stored-folds"), (["--memory-budget", "120K"], "folds")])
 def test_new_measures_stream_without_a_null(tmp_path, budget, ridge_path):
     out = tmp_path / "streamed"
-    result = invoke("compare", MLP_A, MLP_B, "--data", "mnist1d", "--n", "64", "--batch-size", "16",
+    result = invoke("compare", MLP_A, MLP_B, "--data", "mnist1d", "--n", "512", "--batch-size", "64",
                     "--metric", "cca,procrustes,ridge_r2", "--null", "0", "--no-report", "--out", str(out), *budget)
     assert result.exit_code == 0, result.output
     method = json.loads((out / "result.json").read_text())["meta"]["method"]

@@ -31,7 +31,6 @@ from simkit.metrics._checks import rank_rtol
 from simkit.metrics.settings import CompareSettings
 from simkit.metrics.streaming import make_accumulator
 from tests import reference
-from tests.helpers import STREAM_FOLDS
 
 MEASURES = ("procrustes", "procrustes_angle", "cca", "svcca", "pwcca", "shape_metric", "ridge_r2", "mutual_knn",
             "jaccard_knn", "rsa", "linear_cka", "unbiased_cka", "rbf_cka")
@@ -157,10 +156,7 @@ def _accumulator(c: Case, st: dict[str, object], stored: bool):
     permutation null of one draw routes them there; the values do not depend on it)."""
     settings = CompareSettings(metrics=MEASURES, mode="exact", knn_k=KNN_K, null=1 if stored else 0,
                                **st)  # type: ignore[arg-type]
-    # without a null ridge_r2 streams its fold sums (with fewer samples promised it stores them, a path of its
-    # own tested in tests/metrics/test_streaming_measures.py)
-    return make_accumulator(settings, [x.shape[1] for x in c.xa], [y.shape[1] for y in c.xb],
-                            max_stored_n=STREAM_FOLDS)
+    return make_accumulator(settings, [x.shape[1] for x in c.xa], [y.shape[1] for y in c.xb])
 
 
 def _feed(acc, c: Case, starts: list[int]) -> None:

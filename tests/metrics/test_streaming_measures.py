@@ -30,7 +30,6 @@ from simkit.metrics.settings import CompareSettings
 from simkit.metrics.streaming import make_accumulator, stored_samples_bytes
 from simkit.metrics.streaming.common import draw_perms, perm_generator
 from simkit.metrics.streaming.folds import fold_path_bytes
-from tests.helpers import STREAM_FOLDS
 
 pytestmark = pytest.mark.filterwarnings("ignore:rsa is undefined:RuntimeWarning")  # A[0] has p = 1
 N = 31
@@ -78,9 +77,9 @@ def split_sizes(n, cuts):
     return [b - a for a, b in zip(edges[:-1], edges[1:], strict=True)]
 
 
-def build(metrics=NEW, mode="exact", max_stored_n=STREAM_FOLDS, **kw):
+def build(metrics=NEW, mode="exact", expected_n=None, **kw):
     return make_accumulator(CompareSettings(metrics=metrics, mode=mode, **{"null": 0, **OPTS, **kw}),
-                            [x.shape[1] for x in XA], [y.shape[1] for y in XB], max_stored_n=max_stored_n)
+                            [x.shape[1] for x in XA], [y.shape[1] for y in XB], expected_n=expected_n)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -122,18 +121,25 @@ def test_every_result_names_its_path():
 
 def test_ridge_stores_its_samples_when_they_fit_the_budget_and_streams_its_folds_otherwise():
     dims_a, dims_b = [x.shape[1] for x in XA], [y.shape[1] for y in XB]
-    fits = stored_samples_bytes(dims_a, dims_b, 1000)
-    assert fits == 4 * 1000 * (sum(dims_a) + sum(dims_b))
-    budget = max(fits, fold_path_bytes(dims_a, dims_b, OPTS["ridge_folds"]))
+    stored = stored_samples_bytes(dims_a, dims_b, N)
+    assert stored == 4 * N * (sum(dims_a) + sum(dims_b))
+    roomy = max(stored, fold_path_bytes(dims_a, dims_b, OPTS["ridge_folds"]))
+    too_many = N * (roomy // stored + 1)   # their stored samples would exceed the budget, the fold sums do not
     paths = {}
-    for max_n in (1000, budget):   # budget samples of float32 cannot fit budget bytes
-        acc = feed(build(["ridge_r2"], memory_budget_bytes=budget, max_stored_n=max_n), XA, XB, [N])
-        method = acc.describe()["ridge_r2"]
-        paths[max_n] = method["path"]
-        np.testing.assert_allclose(acc.compute()["ridge_r2"]["value"], REF["ridge_r2"], atol=1e-8, rtol=0)
-    assert paths == {1000: "stored-folds", budget: "folds"}
-    stored = feed(build(["ridge_r2"], memory_budget_bytes=budget, max_stored_n=1000), XA, XB, [N])
-    assert "faster than streaming the per-fold sums" in stored.describe()["ridge_r2"]["reason"]
+    for case, (expected_n, max_n) in {"known, fits": (N, 50_000), "unknown n": (None, 50_000),
+                                      "over the budget": (too_many, 50_000), "over max_stored_n": (N, N - 1)}.items():
+        acc = make_accumulator(CompareSettings(metrics=["ridge_r2"], mode="exact", null=0, **OPTS,
+                                               memory_budget_bytes=roomy),
+                               dims_a, dims_b, expected_n=expected_n, max_stored_n=max_n)
+        paths[case] = acc.describe()["ridge_r2"]["path"]
+        if case != "over max_stored_n":   # a stored path would refuse more than max_stored_n samples
+            np.testing.assert_allclose(feed(acc, XA, XB, [N]).compute()["ridge_r2"]["value"], REF["ridge_r2"],
+                                       atol=1e-8, rtol=0, err_msg=case)
+    assert paths == {"known, fits": "stored-folds", "unknown n": "folds", "over the budget": "folds",
+                     "over max_stored_n": "folds"}
+    known = build(["ridge_r2"], expected_n=N)
+    assert f"its {N} samples fit" in known.describe()["ridge_r2"]["reason"]
+    assert "faster than streaming the per-fold sums" in known.describe()["ridge_r2"]["reason"]
 
 
 def test_exact_cka_and_shape_measures_share_the_feature_sums():

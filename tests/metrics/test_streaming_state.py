@@ -21,7 +21,6 @@ from simkit.metrics.streaming.features import FeaturePart
 from simkit.metrics.streaming.folds import FoldPart
 from simkit.metrics.streaming.state import Rows, ShiftedSums, Sums
 from simkit.metrics.streaming.stored import FAMILIES, SHARED_FAMILIES
-from tests.helpers import STREAM_FOLDS
 
 STREAMING = Path(streaming.__file__).parent
 DIMS_A, DIMS_B = [3, 5], [4, 2]
@@ -39,7 +38,7 @@ def layers(n: int, seed: int = 0) -> tuple[list[torch.Tensor], list[torch.Tensor
 
 def fed(settings: CompareSettings, xa, xb, batches: list[int], size: int = 6):
     """An accumulator fed the batches numbered ``batches`` (global index and row offset given)."""
-    acc = make_accumulator(settings, DIMS_A, DIMS_B, max_stored_n=STREAM_FOLDS)
+    acc = make_accumulator(settings, DIMS_A, DIMS_B)
     for k in batches:
         rows = slice(k * size, (k + 1) * size)
         acc.update([x[rows] for x in xa], [y[rows] for y in xb], batch_index=k, row_offset=k * size)
@@ -66,7 +65,7 @@ def test_every_part_declares_its_states():
     """minibatch: one ``sum``; features and folds: one ``shifted_sum``; stored: one ``cat``."""
     mixed = CompareSettings(metrics=["linear_cka", "procrustes", "ridge_r2", "mutual_knn"], mode="minibatch",
                             null=0)
-    acc = make_accumulator(mixed, DIMS_A, DIMS_B, max_stored_n=STREAM_FOLDS)
+    acc = make_accumulator(mixed, DIMS_A, DIMS_B)
     assert kinds(acc) == [("MinibatchPart", ["Sums"]), ("FeaturePart", ["ShiftedSums"]),
                           ("FoldPart", ["ShiftedSums"]), ("StoredPart", ["Rows"])]
     assert [st.shift_count for st in acc.states] == [0, 2, 2, 0]

@@ -66,9 +66,9 @@ rule in :mod:`simkit.metrics._checks` (:func:`~simkit.metrics._checks.constant_c
   via the ``n × n`` Gram when ``p > n``), the null permuting B's rows of those bases.
 * ``ridge_r2`` (both modes, exact) — path ``"folds"``: per-fold moments streamed (sample ``g`` in fold
   ``g mod ridge_folds``, ``g`` its global position, from ``row_offset``), about ``8·k·(P·Q + Σp_i²)`` bytes
-  (:func:`~simkit.metrics.streaming.folds.fold_path_bytes`), taken only when the stored samples could
-  exceed the budget (``max_stored_n`` samples of every layer, :func:`stored_samples_bytes`); when they fit,
-  beyond the budget or with a null, path
+  (:func:`~simkit.metrics.streaming.folds.fold_path_bytes`), taken when the number of samples is not
+  known (``expected_n``) or they would not fit the budget when stored (:func:`stored_samples_bytes`,
+  at most ``max_stored_n``); when they fit, beyond the budget or with a null, path
   ``"stored-folds"`` (the same estimator on stored samples, one A layer at a time: its fold factorisations
   made once for the value and every permutation of a null; a wide layer in sample space,
   :class:`~simkit.metrics.predictivity.SampleFolds`). Directional: A's
@@ -268,7 +268,8 @@ class Accumulator:
 def make_accumulator(settings: CompareSettings, dims_a: Sequence[int], dims_b: Sequence[int], *,
                      names_a: Sequence[str] | None = None, names_b: Sequence[str] | None = None,
                      max_stored_n: int = 50_000, groups: Sequence[Any] | Tensor | None = None,
-                     blocks: Tensor | None = None, memo_b: GramMemo | None = None) -> Accumulator:
+                     blocks: Tensor | None = None, memo_b: GramMemo | None = None,
+                     expected_n: int | None = None) -> Accumulator:
     """An accumulator of ``settings.metrics`` for layers of widths ``dims_a`` (model A) × ``dims_b`` (model B).
 
     settings: :class:`~simkit.metrics.settings.CompareSettings` (validated here unless it already is): the
@@ -282,8 +283,10 @@ def make_accumulator(settings: CompareSettings, dims_a: Sequence[int], dims_b: S
     blocks onto blocks of the same size and a bootstrap resamples whole blocks
     (:func:`~simkit.metrics.streaming.common.block_perms`). memo_b: a
     :class:`~simkit.metrics.streaming.minibatch.GramMemo` when B's activations and batches are the same at
-    every use (a monitor's fixed reference): the minibatch path then computes B's Grams once. Paths and
-    their memory: module docstring.
+    every use (a monitor's fixed reference): the minibatch path then computes B's Grams once. expected_n:
+    the samples the accumulator will be fed, when known: ``ridge_r2`` stores them (faster) when they fit
+    the memory budget and ``max_stored_n``, and streams its fold sums otherwise or when ``n`` is not known.
+    Paths and their memory: module docstring.
     """
     if not isinstance(settings, CompareSettings):
         raise SimkitError(f"`settings` must be a CompareSettings, got {type(settings).__name__}")
@@ -297,7 +300,8 @@ def make_accumulator(settings: CompareSettings, dims_a: Sequence[int], dims_b: S
         if codes is not None:
             raise SimkitError("`groups` and `blocks` cannot restrict one null together; give one of them")
         blocks = torch.as_tensor(blocks, dtype=torch.int64).cpu()
-    parts = _parts(settings, dims_a, dims_b, names, int(max_stored_n), codes, blocks, memo_b)
+    stored_n = None if expected_n is None else int(expected_n)
+    parts = _parts(settings, dims_a, dims_b, names, int(max_stored_n), codes, blocks, memo_b, stored_n)
     return Accumulator(parts, list(settings.metrics), dims_a, dims_b, p_values=bool(settings.p_values),
                        groups=codes)
 
@@ -307,7 +311,18 @@ def stored_samples_bytes(dims_a: Sequence[int], dims_b: Sequence[int], n: int, i
     return itemsize * int(n) * (sum(dims_a) + sum(dims_b))
 
 
-def _stored_reason(name: str, settings: CompareSettings, needed: int, what: str, draws: int, budget: int) -> str:
+def _ridge_stores(dims_a: Sequence[int], dims_b: Sequence[int], expected_n: int | None, max_stored_n: int,
+                  budget: int) -> bool:
+    """Whether ``ridge_r2`` stores its samples instead of streaming its fold sums: when their number is
+    known, at most ``max_stored_n``, and they fit the budget (the stored fold solves are the faster path;
+    the streamed sums keep memory flat in n, so an unknown n streams)."""
+    if expected_n is None or expected_n > max_stored_n:
+        return False
+    return stored_samples_bytes(dims_a, dims_b, expected_n) <= budget
+
+
+def _stored_reason(name: str, settings: CompareSettings, needed: int, what: str, draws: int, budget: int,
+                   expected_n: int | None = None) -> str:
     """Why ``name`` takes the stored path: its own nature, a permutation null, the memory budget, or (the
     fold sums of ``ridge_r2``) stored samples that fit it: the stored fold solves are the faster path."""
     if strategy(name, settings.mode) == "stored":
@@ -319,8 +334,8 @@ def _stored_reason(name: str, settings: CompareSettings, needed: int, what: str,
     source = f"memory_budget_bytes={budget} ({budget_source(settings.memory_budget_bytes)})"
     if needed > budget:
         return f"{what} need {needed} bytes > {source}"
-    return (f"its stored samples fit {source} up to max_stored_n samples, and the stored fold solves are "
-            f"faster than streaming {what}")
+    return (f"its {expected_n} samples fit {source} when stored, and the stored fold solves are faster than "
+            f"streaming {what}")
 
 
 _STORED_REASONS = {"mutual_knn": "k-NN needs all samples", "jaccard_knn": "k-NN needs all samples",
@@ -333,9 +348,10 @@ _STORED_REASONS = {"mutual_knn": "k-NN needs all samples", "jaccard_knn": "k-NN 
 
 def _parts(settings: CompareSettings, dims_a: list[int], dims_b: list[int], names: Names,
            max_stored_n: int, groups: Tensor | None = None, blocks: Tensor | None = None,
-           memo_b: GramMemo | None = None) -> list[Part]:
+           memo_b: GramMemo | None = None, expected_n: int | None = None) -> list[Part]:
     """The strategies of an accumulator: each metric goes to the strategy the catalogue names for its mode
-    (``simkit.catalog``), or to the stored one when its sums exceed the budget or a null is asked."""
+    (``simkit.catalog``), or to the stored one when its sums exceed the budget or a null is asked, and
+    ``ridge_r2`` when its ``expected_n`` samples fit the budget (:func:`_ridge_stores`)."""
     draws = Draws(settings, len(dims_a) * len(dims_b), groups is not None or blocks is not None)
     if blocks is not None and any(draws.of(name) for name in settings.metrics):
         check_exchangeable(blocks)
@@ -344,7 +360,7 @@ def _parts(settings: CompareSettings, dims_a: list[int], dims_b: list[int], name
     budget = memory_budget(settings.memory_budget_bytes)
     sizes = {"features": (feature_path_bytes(dims_a, dims_b), "the feature-space sums"),
              "folds": (fold_path_bytes(dims_a, dims_b, settings.ridge_folds), "the per-fold sums")}
-    samples_fit = stored_samples_bytes(dims_a, dims_b, max_stored_n) <= budget
+    samples_fit = _ridge_stores(dims_a, dims_b, expected_n, max_stored_n, budget)
     for name in settings.metrics:
         where = strategy(name, settings.mode)
         needed, what = sizes.get(where, (0, ""))
@@ -352,7 +368,7 @@ def _parts(settings: CompareSettings, dims_a: list[int], dims_b: list[int], name
                                or (where == "folds" and samples_fit)):
             where = "stored"
         if where == "stored":
-            reasons[name] = _stored_reason(name, settings, needed, what, draws.of(name), budget)
+            reasons[name] = _stored_reason(name, settings, needed, what, draws.of(name), budget, expected_n)
         routed[where].append(name)
     parts: list[Part] = []
     if routed["gram"]:

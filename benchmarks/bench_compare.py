@@ -25,7 +25,8 @@ Usage: python benchmarks/bench_compare.py [--repeats 2] [--skip-speed] [--skip-m
 
 Every child is measured by ``os.wait4``: CPU seconds (user + sys of the child, the primary figure on a
 shared, loaded machine, where wall time mostly measures the other tenants), wall seconds and peak RSS.
-bare and simkit alternate within each repeat and the best of each is kept. simkit's own modules are
+bare and simkit alternate within each repeat and the best of each is kept; each repeat's paired ratio and
+their median follow (steadier where the bare forwards alone vary by 10 %). simkit's own modules are
 byte-compiled first (:func:`compile_checkout`), as an installation leaves them. Prints one line per
 measurement and the ratios, and appends them, dated, to the results file.
 """
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -125,6 +127,13 @@ def run(cmd: list[str], env: dict[str, str]) -> Usage:
 def best_of(runs: list[Usage]) -> Usage:
     """Best CPU and best wall (possibly of different repeats) and the largest RSS."""
     return Usage(min(r.cpu for r in runs), min(r.wall for r in runs), max(r.rss for r in runs))
+
+
+def paired_ratios(bare_runs: list[Usage], ours_runs: list[Usage]) -> str:
+    """Each repeat's CPU ratio (the two ran back to back) and their median: steadier than the best-of ratio
+    where the bare forwards alone vary by 10 % between repeats."""
+    ratios = [o.cpu / b.cpu for b, o in zip(bare_runs, ours_runs, strict=True)]
+    return (f"  per repeat cpu {' '.join(f'{r:.3f}' for r in ratios)}  median {statistics.median(ratios):.3f}")
 
 
 def breakdown(n: int) -> list[str]:
@@ -297,6 +306,7 @@ def speed(args: argparse.Namespace, simkit: str, work: Path, env: dict[str, str]
     say(f"bare forwards   {bare.line()}")
     say(f"simkit compare  {ours.line()}")
     say(f"ratio simkit / bare: cpu {ours.cpu / bare.cpu:.3f}  wall {ours.wall / bare.wall:.3f}  (target <= 1.12)")
+    say(paired_ratios(bare_runs, ours_runs))
     if not args.skip_torch_cka:
         try:
             theirs = run([sys.executable, "-c", TORCH_CKA.format(n=args.n, threads=THREADS)], env)
@@ -336,6 +346,7 @@ def exact(args: argparse.Namespace, simkit: str, work: Path, env: dict[str, str]
     bare, ours = best_of(bare_runs), best_of(exact_runs)
     say(f"ratio exact --reduce mean / bare (n={args.exact_n}): cpu {ours.cpu / bare.cpu:.3f}  "
         f"wall {ours.wall / bare.wall:.3f}  (target <= 1.15)")
+    say(paired_ratios(bare_runs, exact_runs))
 
 
 def option_cost(simkit: str, n: int, repeats: int, work: Path, env: dict[str, str], say,

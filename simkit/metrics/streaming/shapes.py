@@ -58,8 +58,8 @@ def shape_values(measures: Sequence[str], spec_a: Sequence[Spectrum], spec_b: Se
                  const_a: Tensor, const_b: Tensor, warn: bool = True, null_draw: bool = False
                  ) -> dict[str, Tensor]:
     """``{measure: (L_a, L_b)}`` float64; ``cross(i)`` gives ``T0`` of A layer ``i`` with every B layer;
-    ``null_draw``: a permutation null's draw, whose nuclear norms may take
-    :func:`~simkit.metrics.shape.nuclear_norm_of_draw` (never an SVD, within 3e-5 of the norm).
+    ``null_draw``: a permutation null's draw, whose nuclear norms take
+    :func:`~simkit.metrics.shape.nuclear_norm_of_draw` (never an SVD, within ``min(r, s)·3e-8·‖t‖₂``).
 
     Constant layers and degenerate whitening give NaN, by the rules of the one-shot functions: a layer
     that whitens ``n − 1`` directions (:func:`~simkit.metrics.shape.is_degenerate`) and a pair whose

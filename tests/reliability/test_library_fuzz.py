@@ -30,7 +30,8 @@ shapes, ranks or forms, a map-style dataset whose length lies; settings drawn va
 negative, NaN, Inf, text, None, out of range). Not fuzzed: arguments of other Python types than these
 (``verdict(None)``), ``dtype``/``backend``/``progress`` keywords, device placement beyond ``meta``.
 
-Budget: the settings profile ``simkit-fuzz`` (the default) draws ``max_examples`` = 300 per test of the
+Budget: the settings profile ``simkit-fuzz`` (the default; the same draws on every run where ``CI`` is set,
+as ``.ci/run`` sets it, new ones otherwise) draws ``max_examples`` = 300 per test of the
 metrics and stats, 120 per engine test (they run models and write files): about 15 s of CPU. The
 profile ``simkit-fuzz-deep`` draws ten times as many (about 80 s); run it by hand with
 ``SIMKIT_FUZZ_PROFILE=deep pytest tests/reliability/test_library_fuzz.py``. ``SIMKIT_FUZZ_REPORT=1`` (with
@@ -81,13 +82,15 @@ import simkit.metrics as metrics
 import simkit.stats as stats
 from simkit.catalog import DCOR_ESTIMATORS, MEASURES, METRICS, RSA_COMPARES, RSA_DISTANCES
 from simkit.errors import SimkitError
+from tests import reference
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-settings.register_profile("simkit-fuzz", max_examples=300, deadline=None, derandomize=False,
+settings.register_profile("simkit-fuzz", max_examples=300, deadline=None, derandomize=bool(os.environ.get("CI")),
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                                  HealthCheck.filter_too_much])
-settings.register_profile("simkit-fuzz-deep", settings.get_profile("simkit-fuzz"), max_examples=3000)
+settings.register_profile("simkit-fuzz-deep", settings.get_profile("simkit-fuzz"), max_examples=3000,
+                          derandomize=False)
 PROFILE = settings.get_profile("simkit-fuzz-deep" if os.environ.get("SIMKIT_FUZZ_PROFILE") == "deep"
                                else "simkit-fuzz")
 FUZZ = settings(PROFILE)
@@ -124,8 +127,10 @@ def documented_range(name: str) -> tuple[float, float]:
     measure = MEASURES[name]
     lo = -math.inf if measure.lo is None else measure.lo
     hi = math.inf if measure.hi is None else measure.hi
+    if "may be < 0 or > 1" in measure.range_text:
+        return -math.inf, math.inf      # cknna: its self terms keep other pairs than its cross term
     if "may be < 0" in measure.range_text:
-        lo = -1.0
+        lo = -1.0                       # an inner product of U-centred matrices: Cauchy-Schwarz holds
     return lo, hi
 
 
@@ -975,6 +980,18 @@ def test_cknna_above_one_is_a_value_not_nan() -> None:
     value = metrics.cknna(x, y, k=1)   # the same neighbours on both sides: about 1
     assert math.isfinite(value) and abs(value - 1.0) < 0.01
     assert MEASURES["cknna"].hi is None
+
+
+def test_cknna_far_below_minus_one_is_platonic_reps_value() -> None:
+    """Found by CI's fuzz run: with duplicate rows and k = 2 cknna is -9.86, as platonic-rep's dense-mask
+    definition gives (the reference), not an error; its range is unbounded both ways, which the fuzz's
+    documented range now reads from the catalogue's "may be < 0 or > 1"."""
+    x = torch.tensor([[0.1257, -0.1321], [0.6404, 0.1049], [0.1257, -0.1321], [0.1257, -0.1321]],
+                     dtype=torch.float64)
+    y = torch.tensor([[0.0787], [-0.5834], [0.0787], [0.0787]], dtype=torch.float64)
+    value = metrics.cknna(x, y, k=2)
+    assert value < -9 and value == pytest.approx(reference.cknna(x.numpy(), y.numpy(), 2), rel=1e-12)
+    assert documented_range("cknna") == (-math.inf, math.inf)
 
 
 @pytest.mark.parametrize(("metric", "seed", "rows"), [("bures_similarity", 0, 12), ("unbiased_cka", 10, 4)])

@@ -5,6 +5,7 @@ matplotlib alone, colour-blind-safe colours, readable vector text, and the small
 from __future__ import annotations
 
 import re
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -21,7 +22,6 @@ from simkit.errors import SimkitError
 from simkit.plotting import CVD_SAFE_MAPS, MIN_FONT_PT, PALETTE, parse_formats, shorten
 from simkit.report import render_html
 from simkit.report.figures import collect_figures, heatmap_svg, line_plot, plain_text
-from tests.report.test_browser import real_runs  # noqa: F401  (the fixture: one small real run of every report kind)
 from tests.report.test_report import make_compare, make_study
 
 KINDS = ["compare", "study", "convert", "stitch", "linearize", "graft", "trend"]
@@ -67,8 +67,9 @@ def pyplot_figures() -> int:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_report_writes_every_figure_of_every_kind_as_files(real_runs, kind):  # noqa: F811
-    run = real_runs[kind]
+def test_report_writes_every_figure_of_every_kind_as_files(real_runs, kind, tmp_path):
+    run = tmp_path / kind                          # the session's runs stay as their commands wrote them
+    shutil.copytree(real_runs[kind], run)
     outcome = CliRunner().invoke(app, ["report", str(run), "--figures", "png,pdf,svg"])
     assert outcome.exit_code == 0, outcome.output
     shown = report_figure_count((run / "report.html").read_text(encoding="utf-8"))
@@ -86,7 +87,7 @@ def test_report_writes_every_figure_of_every_kind_as_files(real_runs, kind):  # 
     assert f"figure files (png, pdf, svg) to {run / 'figures'}" in outcome.output.replace("\n", "")
 
 
-def test_report_figures_format_subset_and_pdf_embeds_truetype(real_runs, tmp_path):  # noqa: F811
+def test_report_figures_format_subset_and_pdf_embeds_truetype(real_runs, tmp_path):
     result = simkit.load(real_runs["compare"])
     paths = result.savefig(tmp_path / "figs", formats="pdf")
     assert paths and all(p.suffix == ".pdf" for p in paths)
@@ -103,7 +104,7 @@ def test_report_with_a_bad_format_is_one_line_exit_2_and_writes_nothing(tmp_path
     assert not (run / "report.html").exists() and not (run / "figures").exists()
 
 
-def test_report_on_a_cache_says_it_is_a_cache_and_how_to_use_it(real_runs):  # noqa: F811
+def test_report_on_a_cache_says_it_is_a_cache_and_how_to_use_it(real_runs):
     cache = real_runs["study"].parent / "cache0"
     assert (cache / "manifest.json").is_file()
     outcome = CliRunner().invoke(app, ["report", str(cache)])
@@ -229,7 +230,7 @@ def test_plain_text_reads_as_key_value():
     assert plain_text([1, "a"]) == "1, a" and plain_text(None) == "—" and plain_text(True) == "yes"
 
 
-def test_stitch_settings_table_has_no_raw_dicts(real_runs):  # noqa: F811
+def test_stitch_settings_table_has_no_raw_dicts(real_runs):
     html = render_html(simkit.load(real_runs["stitch"]))
     table = html[html.index('<table class="settings">'):]
     table = table[:table.index("</table>")]

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from simkit.errors import SimkitError
+from simkit.metrics.cka import cka_ratio
 from simkit.metrics.streaming.state import State
 
 #: Progress of the work done after the last batch (neighbour searches, permutation nulls):
@@ -87,6 +88,17 @@ def mask_constant(values: Tensor, const_a: Tensor, const_b: Tensor) -> Tensor:
     """Set rows of constant A layers and columns of constant B layers of ``(..., La, Lb)`` to NaN."""
     bad = const_a[:, None] | const_b[None, :]
     return values.masked_fill(bad, float("nan"))
+
+
+def cka_chance(metric: str, value: Tensor, nx: Tensor, ny: Tensor, fro_a: Tensor, fro_b: Tensor,
+               n: float) -> Tensor:
+    """The exact expectation of ``metric`` under a random permutation of B's samples (La, Lb), from each
+    layer's ``tr(K_c)`` (``nx (La,)``, ``ny (Lb,)``: ``‖X_c‖²_F``) and ``‖K_c‖²_F`` (``fro_a``, ``fro_b``): for
+    linear CKA ``tr(K_c)·tr(L_c) / ((n − 1)·‖K_c‖_F·‖L_c‖_F)`` (the permutations average B's centred Gram to
+    ``tr(L_c)/(n − 1)·H``), for unbiased CKA 0 (HSIC_1 is unbiased under independence), NaN where ``value`` is."""
+    if metric == "unbiased_cka":
+        return torch.where(torch.isfinite(value), torch.zeros_like(value), value)
+    return cka_ratio(nx[:, None] * ny[None, :] / (n - 1), fro_a[:, None], fro_b[None, :], warn=False)
 
 
 def null_summary(null: Tensor) -> dict[str, np.ndarray]:

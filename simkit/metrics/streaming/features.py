@@ -26,7 +26,15 @@ from simkit.metrics._checks import constant_columns
 from simkit.metrics.cka import cka_ratio, hsic1_from_terms
 from simkit.metrics.settings import MeasureSettings
 from simkit.metrics.shape import PROCRUSTES, SHAPE_MEASURES, Spectrum, spectrum_from_cov
-from simkit.metrics.streaming.common import Names, PhaseProgress, Values, mask_constant, segments, segsum
+from simkit.metrics.streaming.common import (
+    Names,
+    PhaseProgress,
+    Values,
+    cka_chance,
+    mask_constant,
+    segments,
+    segsum,
+)
 from simkit.metrics.streaming.shapes import shape_notes, shape_settings, shape_values
 from simkit.metrics.streaming.state import ShiftedSums, State
 
@@ -426,19 +434,9 @@ class FeaturePart:
                 value = cka_ratio(h, h_a[:, None], h_b[None, :], warn=False)
             self.names.warn_constant(m, const_a, const_b)
             out[m] = {"value": mask_constant(value, const_a, const_b).cpu().numpy(),
-                      "chance": mask_constant(self._cka_chance(m, value, nx, ny, fro_a, fro_b, n),
+                      "chance": mask_constant(cka_chance(m, value, nx, ny, fro_a, fro_b, n),
                                               const_a, const_b).cpu().numpy()}
         return out
-
-    @staticmethod
-    def _cka_chance(metric: str, value: Tensor, nx: Tensor, ny: Tensor, fro_a: Tensor, fro_b: Tensor,
-                    n: float) -> Tensor:
-        """The exact expectation of ``metric`` under a random permutation of B's samples (La, Lb): for
-        linear CKA ``tr(K_c)·tr(L_c) / ((n − 1)·‖K_c‖_F·‖L_c‖_F)`` (the permutations average B's centred
-        Gram to ``tr(L_c)/(n − 1)·H``), for unbiased CKA 0 (HSIC_1 is unbiased under independence)."""
-        if metric == "unbiased_cka":
-            return torch.where(torch.isfinite(value), torch.zeros_like(value), value)
-        return cka_ratio(nx[:, None] * ny[None, :] / (n - 1), fro_a[:, None], fro_b[None, :], warn=False)
 
     def describe(self) -> dict[str, dict[str, Any]]:
         n = int(self.s["n"].item())

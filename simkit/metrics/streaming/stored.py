@@ -57,6 +57,7 @@ from simkit.metrics.streaming.common import (
     Values,
     bootstrap_rows,
     ci_summary,
+    cka_chance,
     draw_perms,
     mask_constant,
     null_summary,
@@ -85,10 +86,12 @@ class GramRows:
     feature path and in the functions, so every path's Gram products are float64 products.
     """
 
-    def __init__(self, x: Tensor, kind: str, factor: float, chunk: int, constant: bool):
+    def __init__(self, x: Tensor, kind: str, factor: float, chunk: int, constant: bool,
+                 product: Tensor | None = None):
         self.kind, self.n, self.constant = kind, x.shape[0], constant
         self.full: Tensor | None = None   # the whole centred Gram, when one block holds it
         self.d2: Tensor | None = None     # every squared distance (rbf), when one block holds them
+        self.product = product            # the whole X̃X̃ᵀ, made once for linear and unbiased CKA together
         xd = x.double()
         self.xc = xd - xd.mean(0)
         if constant:
@@ -115,7 +118,8 @@ class GramRows:
                                for s in range(0, n, chunk)])
             self.row_mean, self.grand = means, means.mean()
         if chunk >= n:  # one block holds the whole Gram: make it once (the null reads it permuted)
-            self.full = self.rows(torch.arange(n, device=x.device))
+            self.full = product if kind == "biased" and product is not None else self.rows(
+                torch.arange(n, device=x.device))
             self.d2 = None
 
     def _sqdist(self, idx: Tensor) -> Tensor:
@@ -129,16 +133,31 @@ class GramRows:
     def _rbf(self, idx: Tensor) -> Tensor:
         return rbf_from_sq_distances(self._sqdist(idx), self.sigma)
 
+    def _products(self, idx: Tensor) -> Tensor:
+        """Rows ``idx`` of ``X̃X̃ᵀ`` (float64): of the shared whole product when there is one."""
+        if self.product is None:
+            return self.xc[idx] @ self.xc.T
+        return self.product if _every_row(idx, self.n) else self.product[idx]
+
+    def trace(self) -> Tensor:
+        """``tr(X̃X̃ᵀ) = ‖X̃‖²_F``, 0-d float64."""
+        return (self.xc * self.xc).sum()
+
     def rows(self, idx: Tensor) -> Tensor:
         if self.full is not None:
-            return self.full[idx]
+            return self.full if _every_row(idx, self.n) else self.full[idx]
         if self.constant:
             return torch.zeros(len(idx), self.n, dtype=torch.float64, device=idx.device)
         if self.kind == "biased":
-            return self.xc[idx] @ self.xc.T
+            return self._products(idx)
         if self.kind == "unbiased":
-            return u_center_rows(self.xc[idx] @ self.xc.T, self.m, idx)
+            return u_center_rows(self._products(idx), self.m, idx)
         return self._rbf(idx) - self.row_mean[idx, None] - self.row_mean[None, :] + self.grand
+
+
+def _every_row(idx: Tensor, n: int) -> bool:
+    """Whether ``idx`` is ``0, 1, …, n − 1`` (a whole Gram is then returned as it is, not copied)."""
+    return len(idx) == n and bool((idx == torch.arange(n, device=idx.device)).all())
 
 
 def _join_bases(spectra: list[Spectrum]) -> tuple[Tensor, list[int]]:
@@ -208,6 +227,7 @@ class StoredPart:
         self.budget, self.max_n, self.names, self.reasons = memory_budget_bytes, max_stored_n, names, reasons
         self.rows = Rows()
         self.states: list[State] = [self.rows]
+        self.products: dict[tuple[str, int], Tensor] = {}   # X̃X̃ᵀ per layer during values(), for both CKAs
         self.report: PhaseProgress = _silent
 
     @property
@@ -287,6 +307,7 @@ class StoredPart:
             blocked = None if self.blocks is None else self.blocks[:n]
             perms = draw_perms(self.null, n, perm_generator(self.seed, -1), xa[0].device, grouped, blocked)
         samples = Samples(xa, xb, perms, const_a, const_b)
+        self.products = {}
         results: dict[str, dict[str, Any]] = {}
         for family in SHARED_FAMILIES:
             measures = [m for m in self.metrics if MEASURES[m].stored_family == family]
@@ -299,6 +320,7 @@ class StoredPart:
             self.names.warn_constant(m, const_a, const_b)
             # tensors, or the arrays of null_summary: numpy either way
             out[m] = {k: torch.as_tensor(v).cpu().numpy() for k, v in results[m].items()}
+        self.products = {}
         return out
 
     def _chunk(self, layers: int) -> int:
@@ -319,8 +341,11 @@ class StoredPart:
         if kind == "rbf" and 16 * n * n > self.budget:
             raise over_budget(f"exact rbf_cka needs the median of all {n * (n - 1) // 2} pairwise distances",
                               16 * n * n, self.budget, first="`mode`=minibatch (rbf_cka streams there)")
-        ga = [GramRows(x, kind, self.rbf_factor, chunk, bool(c)) for x, c in zip(xa, const_a, strict=True)]
-        gb = [GramRows(x, kind, self.rbf_factor, chunk, bool(c)) for x, c in zip(xb, const_b, strict=True)]
+        share = chunk >= n and kind != "rbf" and {"linear_cka", "unbiased_cka"} <= set(self.metrics)
+        ga = [GramRows(x, kind, self.rbf_factor, chunk, bool(c), self._product(("a", i), x) if share else None)
+              for i, (x, c) in enumerate(zip(xa, const_a, strict=True))]
+        gb = [GramRows(x, kind, self.rbf_factor, chunk, bool(c), self._product(("b", j), x) if share else None)
+              for j, (x, c) in enumerate(zip(xb, const_b, strict=True))]
         traces = GramTraces(ga, gb) if self.moments else None
         dev = xa[0].device
         cross = torch.zeros(la, lb, dtype=torch.float64, device=dev)
@@ -346,14 +371,27 @@ class StoredPart:
             if count:
                 self.report(f"{m} null ({count} permutations, Gram rows)", len(idx), n)
         ratio_a, ratio_b = self_a[:, None], self_b[None, :]
-        result: dict[str, Any] = {
-            "value": mask_constant(cka_ratio(cross, ratio_a, ratio_b, warn=False), const_a, const_b)}
+        value = cka_ratio(cross, ratio_a, ratio_b, warn=False)
+        result: dict[str, Any] = {"value": mask_constant(value, const_a, const_b)}
+        if not count and kind != "rbf":  # no null: the closed form, as on the feature path
+            nx, ny = (torch.stack([g.trace() for g in side]) for side in (ga, gb))
+            chance = cka_chance(m, value, nx, ny, self_a, self_b, n)
+            result["chance"] = mask_constant(chance, const_a, const_b)
         if count:
             result.update(null_summary(mask_constant(cka_ratio(null, ratio_a, ratio_b, warn=False),
                                                      const_a, const_b)))
         if traces is not None:
             result.update(traces.p_values(cross, self_a, self_b, const_a, const_b))
         return {m: result}
+
+    def _product(self, key: tuple[str, int], x: Tensor) -> Tensor:
+        """``X̃X̃ᵀ`` (float64, ``n × n``) of stored layer ``key`` (side, index), made once per :meth:`values`
+        for linear and unbiased CKA together."""
+        if key not in self.products:
+            xd = x.double()
+            xc = xd - xd.mean(0)
+            self.products[key] = xc @ xc.T
+        return self.products[key]
 
     def _knn(self, measures: list[str], samples: Samples) -> dict[str, dict[str, Any]]:
         """Family ``knn``: mutual and Jaccard k-NN of all pairs from each layer's neighbour sets (searched once for both), as

@@ -27,9 +27,8 @@ from simkit.metrics import (
     svcca,
 )
 from simkit.metrics.settings import CompareSettings
-from simkit.metrics.streaming import gram_path_bytes, grams_cheaper, make_accumulator, stored_samples_bytes
+from simkit.metrics.streaming import make_accumulator, stored_samples_bytes
 from simkit.metrics.streaming.common import draw_perms, perm_generator
-from simkit.metrics.streaming.features import feature_path_bytes
 from simkit.metrics.streaming.folds import fold_path_bytes
 from tests import reference
 
@@ -145,51 +144,42 @@ def test_ridge_stores_its_samples_when_they_fit_the_budget_and_streams_its_folds
 
 
 def wide_layers(n: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Layers wider than ``n`` (P = 120, Q = 105: the Grams are cheaper below n = 56), one of them constant."""
+    """Layers wider than ``n`` (P = 120, Q = 105), one of them constant."""
     rng = np.random.default_rng(3)
     a = [rng.normal(size=(n, 40)), rng.normal(size=(n, 3)) @ rng.normal(size=(3, 50)) + 4.0, np.full((n, 30), 2.0)]
     b = [rng.normal(size=(n, 60)), a[0] @ rng.normal(size=(40, 45)) + 0.1 * rng.normal(size=(n, 45))]
     return a, b
 
 
-def test_exact_cka_of_a_small_known_n_takes_the_grams_with_the_same_values_and_closed_form_chance():
+@pytest.mark.parametrize("rows", ["whole Grams", "blocks of rows"])
+def test_exact_cka_on_stored_grams_without_a_null_has_the_feature_paths_values_and_closed_form_chance(rows):
+    """Sent to the stored Grams by the memory budget with ``null=0``, exact linear and unbiased CKA keep the
+    feature path's values and its closed-form chance level (before, no chance level at all), whether the
+    Grams are made whole (one ``X̃X̃ᵀ`` per layer for both measures) or in blocks of rows."""
     n = 24
     xa, xb = wide_layers(n)
     dims_a, dims_b = [x.shape[1] for x in xa], [y.shape[1] for y in xb]
+    stored = stored_samples_bytes(dims_a, dims_b, n)
+    # _chunk: rows per block = budget // (4 · 8 · layers · n): all n rows, or 3 + a few
+    budgets = {"sums": "auto", "grams": 4 * 8 * 5 * n * (n if rows == "whole Grams" else 3) + stored}
     out, method = {}, {}
-    for case, expected_n in {"sums": None, "grams": n}.items():
-        acc = make_accumulator(CompareSettings(metrics=["linear_cka", "unbiased_cka"], mode="exact"), dims_a, dims_b,
-                               expected_n=expected_n)
+    for case, budget in budgets.items():
+        acc = make_accumulator(CompareSettings(metrics=["linear_cka", "unbiased_cka"], mode="exact", null=0,
+                                               memory_budget_bytes=budget), dims_a, dims_b, expected_n=n)
         method[case] = acc.describe()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)   # the constant layer
             out[case] = feed(acc, xa, xb, [10, 14]).compute()
     for m in ("linear_cka", "unbiased_cka"):
         assert method["sums"][m]["path"] == "features" and method["grams"][m]["path"] == "stored-gram"
-        assert method["grams"][m]["null"] == 0 and "n < PQ/(P+Q) = 56" in method["grams"][m]["reason"]
+        assert method["grams"][m]["null"] == 0
         assert set(out["grams"][m]) == set(out["sums"][m]) == {"value", "chance"}   # no permutations drawn
         for key in ("value", "chance"):
             np.testing.assert_allclose(out["grams"][m][key], out["sums"][m][key], rtol=0, atol=1e-12, err_msg=key)
         assert np.isnan(out["grams"][m]["value"][2]).all() and np.isfinite(out["grams"][m]["value"][:2]).all()
         expected = [[reference.cka(a, b, m) for b in xb] for a in xa[:2]]
         np.testing.assert_allclose(out["grams"][m]["value"][:2], expected, rtol=0, atol=1e-10)
-
-
-def test_the_grams_are_taken_only_when_cheaper_in_time_and_memory_and_nothing_else_needs_the_sums():
-    dims_a, dims_b = [40, 50, 30], [60, 45]
-    roomy = 2**40
-    assert grams_cheaper(dims_a, dims_b, 55, roomy) and not grams_cheaper(dims_a, dims_b, 56, roomy)   # n < 56
-    assert not grams_cheaper(dims_a, dims_b, None, roomy) and not grams_cheaper(dims_a, dims_b, 3, roomy)
-    many_a, many_b = [100] * 40, [100] * 40   # time says yes below n = 2000; their n × n Grams outgrow the sums first
-    fits = max(n for n in range(4, 2000) if gram_path_bytes(many_a, many_b, n) <= feature_path_bytes(many_a, many_b))
-    assert fits < 1000 and grams_cheaper(many_a, many_b, fits, roomy) and not grams_cheaper(many_a, many_b, fits + 1, roomy)
-    assert not grams_cheaper(dims_a, dims_b, 24, gram_path_bytes(dims_a, dims_b, 24) - 1)   # within the budget
-    paths = {}
-    for case, (metrics, mode) in {"with cca": (["linear_cka", "cca"], "exact"),
-                                  "minibatch": (["linear_cka"], "minibatch")}.items():
-        acc = make_accumulator(CompareSettings(metrics=metrics, mode=mode), dims_a, dims_b, expected_n=24)
-        paths[case] = acc.describe()["linear_cka"]["path"]
-    assert paths == {"with cca": "features", "minibatch": "gram"}   # cca keeps the sums (closed-form chance)
+    assert (out["grams"]["unbiased_cka"]["chance"][:2] == 0).all()
 
 
 def test_exact_cka_and_shape_measures_share_the_feature_sums():

@@ -44,18 +44,16 @@ rule in :mod:`simkit.metrics._checks` (:func:`~simkit.metrics._checks.constant_c
   the biased HSIC ``‖X_cᵀY_c‖²`` and the unbiased ``n(n−3)·HSIC_1`` (spec §0.2 feature-space form,
   expanded about the exact global mean) follow exactly at the end. Needs about
   ``8·P·Q + 20·(Σp_i² + Σq_j²)`` bytes (:func:`feature_path_bytes`); when that exceeds
-  ``memory_budget_bytes`` the metric falls back to path ``"stored-gram"``. When ``n`` is known
-  (``expected_n``) and the samples' Grams cost less than these sums in time (``n < PQ/(P+Q)``: ``n²(P+Q)``
-  against ``n·P·Q`` multiply-adds) and memory (:func:`gram_path_bytes`), and no other measure needs the
-  sums, both take path ``"stored-gram"`` instead, with the same closed-form chance level and no
-  permutations (:func:`grams_cheaper`; one ``X̃X̃ᵀ`` per layer serves both measures).
-* path ``"stored-gram"`` (exact ``rbf_cka``, exact CKA beyond the memory budget or of a small known n,
-  and every exact CKA metric when a permutation null is asked for): the activations are stored (in their dtype, normally
+  ``memory_budget_bytes`` the metric falls back to path ``"stored-gram"``.
+* path ``"stored-gram"`` (exact ``rbf_cka``, exact CKA beyond the memory budget, and every exact CKA
+  metric when a permutation null is asked for): the activations are stored (in their dtype, normally
   float32: ``n·(P+Q)·itemsize`` bytes) up to ``max_stored_n`` samples — beyond that :class:`SimkitError`
   tells the user to use ``mode="minibatch"`` or ``reduce="mean"``. At the end the centred (or
-  U-centred, or centred RBF) Gram rows are produced in blocks of rows, so memory is
-  ``O((La+Lb)·rows·n)``, never ``(La+Lb)·n²``; ``rbf_cka`` also needs one ``n × n`` distance matrix per
-  layer for the exact median.
+  U-centred, or centred RBF) Gram rows are produced in blocks of rows that take a quarter of the budget,
+  so memory is ``O((La+Lb)·rows·n)``; when the whole Grams fit, each is made once (one ``X̃X̃ᵀ`` per layer
+  serves linear and unbiased CKA together). Without a null, linear and unbiased CKA get the feature
+  path's closed-form chance level. ``rbf_cka`` also needs one ``n × n`` distance matrix per layer for the
+  exact median.
 * ``mutual_knn`` (both modes) — path ``"stored-knn"``: activations stored as above, each layer's exact
   k nearest neighbours computed once (``simkit.metrics.knn``, Huh et al. preprocessing), every pair's
   score from the neighbour sets. Always computed on all the data, also in minibatch mode.
@@ -325,36 +323,6 @@ def _ridge_stores(dims_a: Sequence[int], dims_b: Sequence[int], expected_n: int 
     return stored_samples_bytes(dims_a, dims_b, expected_n) <= budget
 
 
-def gram_path_bytes(dims_a: Sequence[int], dims_b: Sequence[int], n: int) -> int:
-    """Bytes exact linear and unbiased CKA take on the stored Grams (the routing's estimate): the stored
-    float32 samples, each layer's centred float64 copy, and two ``n × n`` float64 Grams per layer (the
-    centred product both measures share, and the U-centred one)."""
-    layers = len(dims_a) + len(dims_b)
-    return stored_samples_bytes(dims_a, dims_b, n) + 8 * n * (sum(dims_a) + sum(dims_b)) + 16 * layers * n * n
-
-
-def grams_cheaper(dims_a: Sequence[int], dims_b: Sequence[int], expected_n: int | None, budget: int) -> bool:
-    """Whether exact linear / unbiased CKA of ``expected_n`` samples cost less from the samples' Grams than
-    from the feature-space sums, in time (``n² (P + Q)`` against ``n P Q`` multiply-adds: ``n < PQ/(P + Q)``)
-    and in memory (:func:`gram_path_bytes` against :func:`~.features.feature_path_bytes`, within ``budget``).
-    An unknown ``n`` streams the sums (their memory is flat in n)."""
-    if expected_n is None or expected_n < 4:
-        return False
-    p, q = sum(dims_a), sum(dims_b)
-    grams = gram_path_bytes(dims_a, dims_b, expected_n)
-    return expected_n * (p + q) < p * q and grams <= min(budget, feature_path_bytes(dims_a, dims_b))
-
-
-def _gram_route(settings: CompareSettings, routed: dict[str, list[str]], dims_a: list[int], dims_b: list[int],
-                expected_n: int | None, budget: int) -> list[str]:
-    """The exact CKA measures that take their Grams instead of the feature-space sums (:func:`grams_cheaper`),
-    when nothing else needs those sums; they keep their closed-form chance level (no permutations)."""
-    feature = routed["features"]
-    if settings.mode != "exact" or not feature or any(GRAM_KINDS.get(m) not in ("biased", "unbiased") for m in feature):
-        return []
-    return list(feature) if grams_cheaper(dims_a, dims_b, expected_n, budget) else []
-
-
 def _stored_reason(name: str, settings: CompareSettings, needed: int, what: str, draws: int, budget: int,
                    expected_n: int | None = None) -> str:
     """Why ``name`` takes the stored path: its own nature, a permutation null, the memory budget, or (the
@@ -404,13 +372,6 @@ def _parts(settings: CompareSettings, dims_a: list[int], dims_b: list[int], name
         if where == "stored":
             reasons[name] = _stored_reason(name, settings, needed, what, draws.of(name), budget, expected_n)
         routed[where].append(name)
-    by_grams = _gram_route(settings, routed, dims_a, dims_b, expected_n, budget)
-    for name in by_grams:
-        routed["features"].remove(name)
-        routed["stored"].append(name)
-        reasons[name] = (f"its {expected_n} samples' Grams cost less than the feature-space sums in time "
-                         f"(n < PQ/(P+Q) = {sum(dims_a) * sum(dims_b) // (sum(dims_a) + sum(dims_b))}) and memory "
-                         f"({gram_path_bytes(dims_a, dims_b, expected_n or 0)} bytes); closed-form chance level")
     parts: list[Part] = []
     if routed["gram"]:
         first = routed["gram"][0]
@@ -427,8 +388,7 @@ def _parts(settings: CompareSettings, dims_a: list[int], dims_b: list[int], name
                                 draws.stored(routed["stored"]), settings.seed,
                                 settings.rbf_factor, settings.knn_k, budget, max_stored_n, names, reasons,
                                 settings, moments=bool(settings.p_values) and groups is None and blocks is None,
-                                own_null={**draws.own(routed["stored"]), **dict.fromkeys(by_grams, 0)},
-                                groups=groups, blocks=blocks))
+                                own_null=draws.own(routed["stored"]), groups=groups, blocks=blocks))
     return parts
 
 

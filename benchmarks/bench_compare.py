@@ -157,13 +157,17 @@ def bare_forwards(models: list, batches: list) -> None:
                 model(batch)
 
 
+def warm_seconds(fn, *args) -> tuple[float, object]:
+    """Seconds of the second of two calls of ``fn(*args)`` (the first warms up), and its value."""
+    fn(*args)
+    start = time.perf_counter()
+    value = fn(*args)
+    return time.perf_counter() - start, value
+
+
 def exact_breakdown(n: int) -> list[str]:
     """The exact section's `simkit compare` in this process, each part timed against the warm bare forwards."""
-    models, batches = models_and_batches(n)
-    bare_forwards(models, batches)  # warm-up pass
-    start = time.perf_counter()
-    bare_forwards(models, batches)
-    t_bare = time.perf_counter() - start
+    t_bare, _ = warm_seconds(bare_forwards, *models_and_batches(n))
     return [f"in-process breakdown of exact mode, n={n}, batch 64: bare forwards {t_bare:.2f} s",
             *run_breakdown(n, t_bare, exact=True)]
 
@@ -188,9 +192,6 @@ def breakdown(n: int) -> list[str]:
         grams[0] += time.perf_counter() - start
         return out
 
-    def bare() -> None:
-        bare_forwards(models, batches)
-
     def hooked(accumulate: bool) -> float:
         acc, spent = None, 0.0
         for batch in batches:
@@ -203,20 +204,14 @@ def breakdown(n: int) -> list[str]:
             spent += time.perf_counter() - start
         return spent
 
-    def seconds(fn, *a) -> tuple[float, object]:
-        fn(*a)  # warm-up pass
-        start = time.perf_counter()
-        value = fn(*a)
-        return time.perf_counter() - start, value
-
     import simkit.metrics.streaming.minibatch as streaming  # the module whose batch_grams the accumulator calls
 
-    t_bare, _ = seconds(bare)  # before any hook exists
+    t_bare, _ = warm_seconds(bare_forwards, models, batches)  # before any hook exists
     taps = [Tap(m, resolve_layers(m, LAYERS), label, reduce="auto", output_index=None, device=torch.device("cpu"))
             for m, label in zip(models, "ab", strict=True)]
     streaming.batch_grams = timed_grams
     try:
-        t_hooks, _ = seconds(hooked, False)
+        t_hooks, _ = warm_seconds(hooked, False)
         grams[0] = 0.0
         hooked(True)
         grams[0] = 0.0

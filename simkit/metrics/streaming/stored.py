@@ -87,16 +87,19 @@ class GramRows:
     """
 
     def __init__(self, x: Tensor, kind: str, factor: float, chunk: int, constant: bool,
-                 product: Tensor | None = None):
+                 shared: dict[tuple[str, int], Tensor] | None = None, key: tuple[str, int] = ("", 0)):
         self.kind, self.n, self.constant = kind, x.shape[0], constant
         self.full: Tensor | None = None   # the whole centred Gram, when one block holds it
         self.d2: Tensor | None = None     # every squared distance (rbf), when one block holds them
-        self.product = product            # the whole X̃X̃ᵀ, made once for linear and unbiased CKA together
-        xd = x.double()
-        self.xc = xd - xd.mean(0)
+        self.product: Tensor | None = None   # the whole X̃X̃ᵀ, kept in ``shared[key]`` for the other CKA measure
+        self.xc = centred64(x)
         if constant:
             return
         n = self.n
+        if shared is not None:
+            if key not in shared:
+                shared[key] = self.xc @ self.xc.T
+            self.product = shared[key]
         if kind == "unbiased":  # the U-centring offsets from the column sums of K̃ = K − diag(K)
             xc = self.xc
             rowsq = (xc * xc).sum(1)
@@ -118,7 +121,7 @@ class GramRows:
                                for s in range(0, n, chunk)])
             self.row_mean, self.grand = means, means.mean()
         if chunk >= n:  # one block holds the whole Gram: make it once (the null reads it permuted)
-            self.full = product if kind == "biased" and product is not None else self.rows(
+            self.full = self.product if kind == "biased" and self.product is not None else self.rows(
                 torch.arange(n, device=x.device))
             self.d2 = None
 
@@ -153,6 +156,12 @@ class GramRows:
         if self.kind == "unbiased":
             return u_center_rows(self._products(idx), self.m, idx)
         return self._rbf(idx) - self.row_mean[idx, None] - self.row_mean[None, :] + self.grand
+
+
+def centred64(x: Tensor) -> Tensor:
+    """``x (n, p)`` in float64, each column centred on its mean."""
+    xd = x.double()
+    return xd - xd.mean(0)
 
 
 def _every_row(idx: Tensor, n: int) -> bool:
@@ -342,9 +351,10 @@ class StoredPart:
             raise over_budget(f"exact rbf_cka needs the median of all {n * (n - 1) // 2} pairwise distances",
                               16 * n * n, self.budget, first="`mode`=minibatch (rbf_cka streams there)")
         share = chunk >= n and kind != "rbf" and {"linear_cka", "unbiased_cka"} <= set(self.metrics)
-        ga = [GramRows(x, kind, self.rbf_factor, chunk, bool(c), self._product(("a", i), x) if share else None)
+        shared = self.products if share else None
+        ga = [GramRows(x, kind, self.rbf_factor, chunk, bool(c), shared, ("a", i))
               for i, (x, c) in enumerate(zip(xa, const_a, strict=True))]
-        gb = [GramRows(x, kind, self.rbf_factor, chunk, bool(c), self._product(("b", j), x) if share else None)
+        gb = [GramRows(x, kind, self.rbf_factor, chunk, bool(c), shared, ("b", j))
               for j, (x, c) in enumerate(zip(xb, const_b, strict=True))]
         traces = GramTraces(ga, gb) if self.moments else None
         dev = xa[0].device
@@ -383,15 +393,6 @@ class StoredPart:
         if traces is not None:
             result.update(traces.p_values(cross, self_a, self_b, const_a, const_b))
         return {m: result}
-
-    def _product(self, key: tuple[str, int], x: Tensor) -> Tensor:
-        """``X̃X̃ᵀ`` (float64, ``n × n``) of stored layer ``key`` (side, index), made once per :meth:`values`
-        for linear and unbiased CKA together."""
-        if key not in self.products:
-            xd = x.double()
-            xc = xd - xd.mean(0)
-            self.products[key] = xc @ xc.T
-        return self.products[key]
 
     def _knn(self, measures: list[str], samples: Samples) -> dict[str, dict[str, Any]]:
         """Family ``knn``: mutual and Jaccard k-NN of all pairs from each layer's neighbour sets (searched once for both), as
@@ -444,7 +445,7 @@ class StoredPart:
         return out
 
     def _centred(self, xs: list[Tensor]) -> list[Tensor]:
-        return [(x.double() - x.double().mean(0)) for x in xs]
+        return [centred64(x) for x in xs]
 
     def _shapes(self, measures: list[str], samples: Samples) -> dict[str, dict[str, Any]]:
         """Family ``cov``: shape measures from each layer's spectrum of its stored samples (``E = X̃V``,
